@@ -1,0 +1,65 @@
+# keras-efficientnet: set-up, tests, training and benchmarks. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+JAX_VENV := .venv-jax
+PY := $(VENV)/bin/python
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+# XLA is slower on CPU for these models; Keras' `jit_compile="auto"` is overridden in code too.
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help install install-jax test test-tf test-jax test-slow train lint benchmark \
+        benchmark-layers clean
+
+help:
+	@echo "make train       set up and run the default job (flags/default.flags) on digits"
+	@echo "make test        TensorFlow tests, then the portable tests under JAX without TF"
+	@echo "make test-slow   also the slow tests (every preset, ...)"
+	@echo "make benchmark   CPU benchmarks, JSON rows and charts in benchmarks/results/"
+	@echo "make lint        ruff"
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e ".[test]"
+	touch $@
+
+# A second environment with Keras and JAX but *no TensorFlow*: it proves that the model,
+# layers and optimizers import and train without it (as on a GPU machine with only JAX).
+$(JAX_VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(JAX_VENV)
+	$(JAX_VENV)/bin/pip install -q --upgrade pip
+	$(JAX_VENV)/bin/pip install -q "keras>=3.10,<4" "jax[cpu]" numpy scipy absl-py pytest
+	$(JAX_VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+install-jax: $(JAX_VENV)/.installed
+
+test: test-tf test-jax
+
+test-tf: install
+	$(VENV)/bin/pytest -m "not slow" tests
+
+test-jax: install-jax
+	KERAS_BACKEND=jax KE_EXPECT_NO_TENSORFLOW=1 $(JAX_VENV)/bin/pytest -m "not slow and not tf_only" \
+	    tests/layers tests/models $(wildcard tests/optimizers)
+
+test-slow: install install-jax
+	$(VENV)/bin/pytest tests
+	KERAS_BACKEND=jax KE_EXPECT_NO_TENSORFLOW=1 $(JAX_VENV)/bin/pytest -m "not tf_only" \
+	    tests/layers tests/models $(wildcard tests/optimizers)
+
+train: install
+	$(PY) -m keras_efficientnet.train --flagfile=flags/default.flags
+
+lint: install
+	$(VENV)/bin/ruff check keras_efficientnet tests benchmarks data
+
+benchmark-layers: install
+	$(PY) benchmarks/bench_model.py
+
+benchmark: benchmark-layers
+
+clean:
+	rm -rf $(VENV) $(JAX_VENV) *.egg-info .pytest_cache

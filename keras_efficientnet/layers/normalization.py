@@ -1,0 +1,47 @@
+"""Factory for the normalization layers EfficientNet can use: batch, group or layer norm."""
+
+from __future__ import annotations
+
+import keras
+
+NORMS = ("batch", "group", "layer")
+EPSILON = 1e-3
+BATCH_NORM_MOMENTUM = 0.99
+
+
+def check_norm(norm: str, norm_groups: int = 4, proxy_norm: bool = False) -> None:
+    """Raises a ValueError naming the argument when the norm configuration is invalid."""
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {list(NORMS)}, received {norm!r}")
+    if not isinstance(norm_groups, int) or isinstance(norm_groups, bool) or norm_groups < 1:
+        raise ValueError(f"norm_groups must be a positive int, received {norm_groups!r}")
+    if proxy_norm and norm == "batch":
+        raise ValueError(
+            "proxy_norm=True needs a batch-independent norm: use norm='layer' or norm='group' "
+            "(received norm='batch'); Proxy Norm replaces what BatchNorm's batch statistics do")
+
+
+def normalization(norm: str, channels: int, *, norm_groups: int = 4, center: bool = True,
+                  scale: bool = True, name: str | None = None, where: str = "") -> keras.Layer:
+    """Returns a Keras normalization layer for `channels` channels (NHWC).
+
+    Args:
+        norm: "batch" (BatchNormalization), "group" (GroupNormalization, `norm_groups` groups)
+            or "layer" (GroupNormalization with one group, i.e. over H, W and C).
+        channels: channels to normalize; group norms need them divisible by the group count.
+        norm_groups: groups of the group norm. Default 4.
+        center, scale: whether the norm carries its own shift and scale.
+        name: layer name.
+        where: the block name, used in error messages.
+    """
+    check_norm(norm, norm_groups)
+    if norm == "batch":
+        return keras.layers.BatchNormalization(
+            axis=-1, momentum=BATCH_NORM_MOMENTUM, epsilon=EPSILON, center=center, scale=scale,
+            name=name)
+    groups = 1 if norm == "layer" else norm_groups
+    if channels % groups:
+        raise ValueError(
+            f"{where or name}: norm_groups={groups} does not divide its {channels} channels")
+    return keras.layers.GroupNormalization(
+        groups=groups, axis=-1, epsilon=EPSILON, center=center, scale=scale, name=name)

@@ -1,0 +1,98 @@
+"""Proxy Norm activation: an activation whose output is normalized by a data-free Gaussian proxy."""
+
+from __future__ import annotations
+
+import statistics
+
+import keras
+import numpy as np
+from keras import ops
+
+
+def normal_quantiles(num_samples: int) -> np.ndarray:
+    """The fixed proxy samples u_i = Phi^-1((i + 0.5) / N), i = 0..N-1, as float32."""
+    dist = statistics.NormalDist()
+    return np.array([dist.inv_cdf((i + 0.5) / num_samples) for i in range(num_samples)],
+                    dtype="float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_efficientnet")
+class ProxyNormActivation(keras.layers.Layer):
+    """Affine + activation, normalized with the statistics of a Gaussian proxy (per channel).
+
+    For an input `y` already normalized by a norm without affine (LayerNorm or GroupNorm), each
+    channel c computes `z = act(gamma * y + beta)` and returns `(z - mu) / sqrt(var + epsilon)`,
+    where `mu`, `var` are the mean and population variance of `act(gamma * Y + beta)` for the proxy
+    `Y = proxy_beta + (1 + proxy_gamma) * U`, `U ~ N(0, 1)` represented by `num_samples` fixed
+    quantiles. No batch statistics are used: training and inference agree at any batch size.
+    Labatie et al. 2021, "Proxy-Normalizing Activations to Match Batch Normalization while
+    Removing Batch Dependence" (arXiv 2106.03743).
+
+    Args:
+        activation: activation name or callable. Default "swish".
+        num_samples: number of fixed proxy quantiles. Default 200.
+        epsilon: added to the proxy variance. Default 0.03.
+
+    Example:
+        >>> norm = keras.layers.GroupNormalization(1, center=False, scale=False)
+        >>> pn = ProxyNormActivation("swish")
+        >>> out = pn(norm(np.random.randn(2, 8, 8, 16).astype("float32")))
+    """
+
+    def __init__(self, activation="swish", num_samples: int = 200, epsilon: float = 0.03,
+                 **kwargs):
+        # Statistics are computed in float32 from the float32 parameters, so the parameters are
+        # not auto-cast under mixed precision; the main path casts them explicitly.
+        kwargs.setdefault("autocast", False)
+        super().__init__(**kwargs)
+        if not isinstance(num_samples, int) or num_samples < 2:
+            raise ValueError(
+                f"ProxyNormActivation: num_samples must be an int >= 2, received {num_samples!r}")
+        if not float(epsilon) >= 0:
+            raise ValueError(f"ProxyNormActivation: epsilon must be >= 0, received {epsilon!r}")
+        self.activation = activation
+        self.num_samples = num_samples
+        self.epsilon = float(epsilon)
+        self._activation_fn = keras.activations.get(activation)
+        self._quantiles = normal_quantiles(num_samples)[:, None]
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(f"{self.name}: the channel dimension must be known")
+        self.gamma = self.add_weight(name="gamma", shape=(channels,), initializer="ones")
+        self.beta = self.add_weight(name="beta", shape=(channels,), initializer="zeros")
+        self.proxy_beta = self.add_weight(name="proxy_beta", shape=(channels,),
+                                          initializer="zeros")
+        self.proxy_gamma = self.add_weight(name="proxy_gamma", shape=(channels,),
+                                           initializer="zeros")
+
+    def proxy_moments(self):
+        """Mean and variance, per channel and in float32, of the activated proxy."""
+        gamma = ops.cast(self.gamma, "float32")
+        beta = ops.cast(self.beta, "float32")
+        proxy = (ops.cast(self.proxy_beta, "float32")
+                 + (1.0 + ops.cast(self.proxy_gamma, "float32")) * self._quantiles)
+        activated = self._activation_fn(gamma * proxy + beta)  # [num_samples, channels]
+        mean = ops.mean(activated, axis=0)
+        variance = ops.mean(ops.square(activated - mean), axis=0)
+        return mean, variance
+
+    def call(self, inputs):
+        mean, variance = self.proxy_moments()
+        dtype = self.compute_dtype  # autocast is off, so inputs are cast here
+        inputs = ops.cast(inputs, dtype)
+        scale = ops.rsqrt(variance + self.epsilon)
+        z = self._activation_fn(ops.cast(self.gamma, dtype) * inputs + ops.cast(self.beta, dtype))
+        return (z - ops.cast(mean, dtype)) * ops.cast(scale, dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        activation = self.activation
+        if not isinstance(activation, str):
+            activation = keras.activations.serialize(activation)
+        config.update(activation=activation, num_samples=self.num_samples, epsilon=self.epsilon)
+        return config

@@ -1,0 +1,12 @@
+"""EfficientNet models, their presets and their multiply-accumulate counts."""
+
+from keras_efficientnet.models.efficientnet import (
+    B0_STAGES, SCALING, VARIANTS, BlockSpec, EfficientNet, block_specs, round_filters,
+    round_repeats)
+from keras_efficientnet.models.macs import count_macs, layer_macs
+from keras_efficientnet.models.presets import PRESETS, preset_config
+
+__all__ = [
+    "B0_STAGES", "PRESETS", "SCALING", "VARIANTS", "BlockSpec", "EfficientNet", "block_specs",
+    "count_macs", "layer_macs", "preset_config", "round_filters", "round_repeats",
+]

@@ -1,0 +1,279 @@
+"""EfficientNet B0..B7 from one stage table and one scaling table, with G16 and Proxy Norm."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import keras
+
+from keras_efficientnet.layers.group_conv import conv_kernel_initializer
+from keras_efficientnet.layers.groups import num_groups
+from keras_efficientnet.layers.image_normalization import ImageNormalization
+from keras_efficientnet.layers.mbconv import MBConvBlock, norm_activation
+from keras_efficientnet.layers.normalization import check_norm
+
+
+class Stage(NamedTuple):
+    kernel_size: int
+    repeats: int
+    filters_in: int
+    filters_out: int
+    expand_ratio: int
+    strides: int
+
+
+class Scaling(NamedTuple):
+    width: float
+    depth: float
+    resolution: int
+    dropout: float
+
+
+# EfficientNet-B0 (Tan & Le 2019, table 1); squeeze-excite 0.25 of each block's input channels.
+B0_STAGES = (
+    Stage(3, 1, 32, 16, 1, 1),
+    Stage(3, 2, 16, 24, 6, 2),
+    Stage(5, 2, 24, 40, 6, 2),
+    Stage(3, 3, 40, 80, 6, 2),
+    Stage(5, 3, 80, 112, 6, 1),
+    Stage(5, 4, 112, 192, 6, 2),
+    Stage(3, 1, 192, 320, 6, 1),
+)
+STEM_FILTERS = 32
+HEAD_FILTERS = 1280
+SE_RATIO = 0.25
+CHANNEL_DIVISOR = 8
+
+SCALING = {
+    "b0": Scaling(1.0, 1.0, 224, 0.2),
+    "b1": Scaling(1.0, 1.1, 240, 0.2),
+    "b2": Scaling(1.1, 1.2, 260, 0.3),
+    "b3": Scaling(1.2, 1.4, 300, 0.3),
+    "b4": Scaling(1.4, 1.8, 380, 0.4),
+    "b5": Scaling(1.6, 2.2, 456, 0.4),
+    "b6": Scaling(1.8, 2.6, 528, 0.5),
+    "b7": Scaling(2.0, 3.1, 600, 0.5),
+    # Test and smoke-run variant: half width, one block per stage, seconds to build on a CPU.
+    "tiny": Scaling(0.5, 0.25, 64, 0.1),
+}
+VARIANTS = tuple(SCALING)
+POOLINGS = (None, "avg", "max")
+
+
+def round_filters(filters: int, width: float, divisor: int = CHANNEL_DIVISOR) -> int:
+    """Scales channels by `width`, rounds to a multiple of `divisor`, never below 90%."""
+    scaled = filters * width
+    rounded = max(divisor, int(scaled + divisor / 2) // divisor * divisor)
+    if rounded < 0.9 * scaled:
+        rounded += divisor
+    return int(rounded)
+
+
+def round_repeats(repeats: int, depth: float) -> int:
+    """Scales a stage's block count by `depth`, rounding up."""
+    return int(math.ceil(depth * repeats))
+
+
+class BlockSpec(NamedTuple):
+    name: str
+    filters_in: int
+    filters_out: int
+    kernel_size: int
+    strides: int
+    expand_ratio: int
+    group_size: int
+    drop_rate: float
+
+
+def block_specs(width: float, depth: float, *, group_size: int = 1, expand_ratio: int | None = None,
+                first_stage_group_size: int | None = None,
+                drop_connect_rate: float = 0.2) -> list[BlockSpec]:
+    """The MBConv blocks of a scaled EfficientNet, named `block1a`, `block1b`, `block2a`, ...
+
+    `expand_ratio`, when given, replaces the table's ratio in every stage whose ratio is not 1.
+    Group sizes are checked here so that a bad one fails before any layer is built.
+    """
+    repeats = [round_repeats(stage.repeats, depth) for stage in B0_STAGES]
+    total, specs = sum(repeats), []
+    for stage_index, (stage, count) in enumerate(zip(B0_STAGES, repeats)):
+        ratio = stage.expand_ratio if expand_ratio is None or stage.expand_ratio == 1 \
+            else expand_ratio
+        size = group_size
+        if stage_index == 0 and first_stage_group_size is not None:
+            size = first_stage_group_size
+        for j in range(count):
+            filters_in = round_filters(stage.filters_in if j == 0 else stage.filters_out, width)
+            name = f"block{stage_index + 1}{chr(ord('a') + j)}"
+            try:
+                num_groups(filters_in * ratio, size, where=f"{name} (spatial conv)")
+            except ValueError as error:
+                hint = ""
+                if stage_index == 0:
+                    hint = ("; the first stage keeps its stem's channels, so pass "
+                            "first_stage_group_size= with one of the valid sizes")
+                raise ValueError(f"{error}{hint}") from None
+            specs.append(BlockSpec(
+                name=name, filters_in=filters_in,
+                filters_out=round_filters(stage.filters_out, width),
+                kernel_size=stage.kernel_size, strides=stage.strides if j == 0 else 1,
+                expand_ratio=ratio, group_size=size,
+                drop_rate=drop_connect_rate * len(specs) / total))
+    return specs
+
+
+def _check_input_shape(input_shape) -> tuple:
+    valid = "(height, width, 3) with height, width ints >= 32 or None"
+    if not isinstance(input_shape, (tuple, list)) or len(input_shape) != 3:
+        raise ValueError(f"input_shape must be {valid}, received {input_shape!r}")
+    height, width, channels = input_shape
+    for size in (height, width):
+        if size is not None and (not isinstance(size, int) or size < 32):
+            raise ValueError(f"input_shape must be {valid}, received {input_shape!r}")
+    if channels != 3:
+        raise ValueError(f"input_shape must be {valid} (RGB), received {input_shape!r}")
+    return tuple(input_shape)
+
+
+@keras.saving.register_keras_serializable(package="keras_efficientnet")
+class EfficientNet(keras.Model):
+    """EfficientNet B0..B7 (Tan & Le 2019) with the changes of Masters et al. 2021.
+
+    A functional Keras model taking uint8 (or float) images in [0, 255] and normalizing them
+    inside the model. `group_size=16, expand_ratio=4` gives the paper's G16 variant, and
+    `norm="layer"` or `"group"` with `proxy_norm=True` its batch-independent normalization.
+
+    Args:
+        variant: "b0".."b7", or "tiny" (half-width, one block per stage) for tests. Default "b0".
+        group_size: channels per group of every block's spatial conv (1 = depthwise). Default 1.
+        expand_ratio: replaces the table's expansion (6) in stages 2-7; None keeps it.
+        first_stage_group_size: group size of stage 1, whose channels are the stem's (b3 and b6
+            have 40 and 56 there, which 16 does not divide); None = `group_size`.
+        norm: "batch", "group" or "layer". Default "batch".
+        norm_groups: groups of the group norm. Default 4.
+        proxy_norm: Proxy Norm activations at the stem, expand, spatial conv and head.
+        activation: activation name. Default "swish".
+        include_top: add pooling, dropout and the classifier. Default True.
+        pooling: None, "avg" or "max" for the headless model's output. Default None.
+        classes: classifier outputs. Default 1000.
+        classifier_activation: activation of the classifier. Default "softmax".
+        dropout_rate: before the classifier; None takes the variant's. Default None.
+        drop_connect_rate: stochastic depth of the last block (linear in block index). Default 0.2.
+        input_shape: (height, width, 3); None takes the variant's resolution. Use
+            (None, None, 3) to accept any resolution.
+        input_dtype: dtype of the input tensor. Default "uint8".
+        width_coefficient, depth_coefficient: override the variant's scaling.
+
+    Example:
+        >>> model = EfficientNet("b0", group_size=16, expand_ratio=4, norm="layer",
+        ...                      proxy_norm=True, input_shape=(224, 224, 3))
+        >>> model.block_names[:3]
+        ('block1a', 'block2a', 'block2b')
+    """
+
+    def __init__(self, variant: str = "b0", *, group_size: int = 1,
+                 expand_ratio: int | None = None, first_stage_group_size: int | None = None,
+                 norm: str = "batch", norm_groups: int = 4, proxy_norm: bool = False,
+                 activation: str = "swish", include_top: bool = True, pooling: str | None = None,
+                 classes: int = 1000, classifier_activation="softmax",
+                 dropout_rate: float | None = None, drop_connect_rate: float = 0.2,
+                 input_shape=None, input_dtype: str = "uint8",
+                 width_coefficient: float | None = None, depth_coefficient: float | None = None,
+                 name: str | None = None, **kwargs):
+        if variant not in SCALING:
+            raise ValueError(f"variant must be one of {list(VARIANTS)}, received {variant!r}")
+        check_norm(norm, norm_groups, proxy_norm)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {list(POOLINGS)}, received {pooling!r}")
+        if include_top and (not isinstance(classes, int) or classes < 1):
+            raise ValueError(f"classes must be a positive int, received {classes!r}")
+        if expand_ratio is not None and (not isinstance(expand_ratio, int) or expand_ratio < 1):
+            raise ValueError(f"expand_ratio must be a positive int or None, received "
+                             f"{expand_ratio!r}")
+        scaling = SCALING[variant]
+        width = scaling.width if width_coefficient is None else float(width_coefficient)
+        depth = scaling.depth if depth_coefficient is None else float(depth_coefficient)
+        shape = _check_input_shape(
+            (scaling.resolution, scaling.resolution, 3) if input_shape is None else input_shape)
+        dropout = scaling.dropout if dropout_rate is None else float(dropout_rate)
+        specs = block_specs(width, depth, group_size=group_size, expand_ratio=expand_ratio,
+                            first_stage_group_size=first_stage_group_size,
+                            drop_connect_rate=drop_connect_rate)
+
+        def norm_act(x, channels, prefix):
+            for layer in norm_activation(norm, channels, norm_groups=norm_groups,
+                                         proxy_norm=proxy_norm, activation=activation,
+                                         prefix=prefix, where=prefix):
+                x = layer(x)
+            return x
+
+        inputs = keras.Input(shape, dtype=input_dtype, name="images")
+        x = ImageNormalization(name="normalize")(inputs)
+        stem_filters = round_filters(STEM_FILTERS, width)
+        x = keras.layers.Conv2D(stem_filters, 3, strides=2, padding="same", use_bias=False,
+                                kernel_initializer=conv_kernel_initializer(), name="stem_conv")(x)
+        x = norm_act(x, stem_filters, "stem")
+        for spec in specs:
+            x = MBConvBlock(spec.filters_in, spec.filters_out, spec.kernel_size, spec.strides,
+                            spec.expand_ratio, SE_RATIO, spec.group_size, norm, norm_groups,
+                            proxy_norm, activation, spec.drop_rate, name=spec.name)(x)
+        head_filters = round_filters(HEAD_FILTERS, width)
+        x = keras.layers.Conv2D(head_filters, 1, use_bias=False,
+                                kernel_initializer=conv_kernel_initializer(), name="head_conv")(x)
+        x = norm_act(x, head_filters, "head")
+        if include_top:
+            x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+            if dropout > 0:
+                x = keras.layers.Dropout(dropout, name="top_dropout")(x)
+            x = keras.layers.Dense(
+                classes, activation=classifier_activation, name="predictions",
+                kernel_initializer=keras.initializers.VarianceScaling(
+                    1.0 / 3.0, mode="fan_out", distribution="uniform"))(x)
+        elif pooling == "avg":
+            x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+        elif pooling == "max":
+            x = keras.layers.GlobalMaxPooling2D(name="max_pool")(x)
+        super().__init__(inputs=inputs, outputs=x, name=name or f"efficientnet_{variant}",
+                         **kwargs)
+        self._config = dict(
+            variant=variant, group_size=group_size, expand_ratio=expand_ratio,
+            first_stage_group_size=first_stage_group_size, norm=norm, norm_groups=norm_groups,
+            proxy_norm=proxy_norm, activation=activation, include_top=include_top,
+            pooling=pooling, classes=classes, classifier_activation=classifier_activation,
+            dropout_rate=dropout_rate, drop_connect_rate=drop_connect_rate,
+            input_shape=list(input_shape) if input_shape is not None else None,
+            input_dtype=input_dtype, width_coefficient=width_coefficient,
+            depth_coefficient=depth_coefficient)
+        self.block_names = tuple(spec.name for spec in specs)
+
+    # Boundaries: "stem" and "head" plus one entry per MBConv block, in forward order.
+    def block_layers(self) -> dict[str, list[keras.Layer]]:
+        """Maps "stem", each block name and "head" to the layers that make it up, in order."""
+        groups: dict[str, list[keras.Layer]] = {"stem": []}
+        current = "stem"
+        for layer in self.layers:
+            if isinstance(layer, keras.layers.InputLayer):
+                continue
+            if layer.name in self.block_names:
+                current = layer.name
+            elif layer.name == "head_conv":
+                current = "head"
+            groups.setdefault(current, []).append(layer)
+        return groups
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides) -> EfficientNet:
+        """Builds a named architecture, e.g. "efficientnet-b4-g16-lnpn"; see `PRESETS`."""
+        from keras_efficientnet.models.presets import preset_config
+
+        return cls(**{**preset_config(preset), **overrides})
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._config}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        if config.get("input_shape") is not None:
+            config["input_shape"] = tuple(config["input_shape"])
+        return cls(**config)

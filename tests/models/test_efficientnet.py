@@ -1,0 +1,175 @@
+"""EfficientNet against keras.applications, closed-form MAC counts and batch independence."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_efficientnet as ke
+from keras_efficientnet.models import PRESETS, block_specs, round_filters
+from tests.helpers import trainable_count
+
+KERAS_APPS = {
+    "b0": keras.applications.EfficientNetB0, "b1": keras.applications.EfficientNetB1,
+    "b2": keras.applications.EfficientNetB2, "b3": keras.applications.EfficientNetB3,
+    "b4": keras.applications.EfficientNetB4, "b5": keras.applications.EfficientNetB5,
+    "b6": keras.applications.EfficientNetB6, "b7": keras.applications.EfficientNetB7,
+}
+
+
+@pytest.mark.parametrize("variant", list(KERAS_APPS))
+def test_g1_batchnorm_trainable_parameters_equal_keras_applications(variant):
+    ours = ke.EfficientNet(variant, input_shape=(64, 64, 3))
+    reference = KERAS_APPS[variant](weights=None, input_shape=(64, 64, 3))
+    assert trainable_count(ours) == trainable_count(reference)
+
+
+def test_b0_macs_are_0_39_g_and_equal_keras_applications():
+    ours = ke.count_macs(ke.EfficientNet("b0"))
+    reference = ke.count_macs(keras.applications.EfficientNetB0(weights=None))
+    assert ours == reference
+    assert ours == pytest.approx(0.39e9, rel=0.01)
+
+
+def test_macs_of_one_conv_by_hand():
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Conv2D(8, 3, strides=2, padding="same")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(10)(x))
+    assert ke.count_macs(model) == 3 * 3 * 3 * 8 * 16 * 16 + 8 * 10
+
+
+def test_g16_costs_1_3_to_1_65_times_g1_at_equal_resolution():
+    g1 = ke.count_macs(ke.EfficientNet("b0"))
+    g16 = ke.count_macs(ke.EfficientNet.from_preset("efficientnet-b0-g16-gn"))
+    assert 1.3 <= g16 / g1 <= 1.65
+
+
+def test_macs_scale_with_resolution_squared():
+    low = ke.count_macs(ke.EfficientNet("tiny", input_shape=(64, 64, 3)))
+    high = ke.count_macs(ke.EfficientNet("tiny", input_shape=(128, 128, 3)))
+    # The classifier and the squeeze-excite 1x1 convs on pooled features do not scale with the
+    # resolution; everything else (all at even sizes down to 2x2) scales with the pixel count.
+    fixed = round_filters(1280, 0.5) * 1000
+    for spec in block_specs(0.5, 0.25):
+        fixed += 2 * spec.filters_in * spec.expand_ratio * max(1, int(spec.filters_in * 0.25))
+    assert high - fixed == 4 * (low - fixed)
+
+
+def test_block_names_and_boundaries_follow_keras_applications():
+    model = ke.EfficientNet("b0")
+    reference = keras.applications.EfficientNetB0(weights=None)
+    reference_blocks = sorted({layer.name.split("_")[0] for layer in reference.layers
+                               if layer.name.startswith("block")})
+    assert sorted(model.block_names) == reference_blocks
+    groups = model.block_layers()
+    assert list(groups) == ["stem", *model.block_names, "head"]
+    assert [layer.name for layer in groups["head"]][:3] == ["head_conv", "head_norm", "head_act"]
+    assert groups["block4a"][0].name == "block4a"
+
+
+def test_block_specs_of_g16_b0():
+    specs = block_specs(1.0, 1.0, group_size=16, expand_ratio=4)
+    assert [s.expand_ratio for s in specs] == [1] + [4] * 15
+    assert specs[0].filters_in * specs[0].expand_ratio == 32
+    # Stochastic depth rises linearly with the block index to 0.2 * 15/16.
+    np.testing.assert_allclose([s.drop_rate for s in specs], 0.2 * np.arange(16) / 16)
+
+
+@pytest.mark.parametrize("norm,proxy", [("layer", True), ("group", False), ("group", True)])
+def test_batch_independent_models_do_not_depend_on_the_batch(norm, proxy):
+    model = ke.EfficientNet("tiny", group_size=16, expand_ratio=4, norm=norm, proxy_norm=proxy,
+                            classes=5)
+    images = np.random.default_rng(0).integers(0, 256, (4, 64, 64, 3)).astype("uint8")
+    whole = keras.ops.convert_to_numpy(model(images, training=True))
+    single = np.concatenate([keras.ops.convert_to_numpy(model(images[i:i + 1], training=True))
+                             for i in range(4)])
+    # training=True, yet no batch statistics: each sample's output is its own (dropout and
+    # stochastic depth aside, which are switched off by comparing in inference mode too).
+    whole_inf = keras.ops.convert_to_numpy(model(images, training=False))
+    single_inf = np.concatenate([keras.ops.convert_to_numpy(model(images[i:i + 1]))
+                                 for i in range(4)])
+    np.testing.assert_allclose(whole_inf, single_inf, rtol=1e-4, atol=1e-6)
+    assert whole.shape == single.shape == (4, 5)
+
+
+def test_batchnorm_model_does_depend_on_the_batch_in_training():
+    # The counterpart of the test above, so that one can fail: BatchNorm mixes samples.
+    model = ke.EfficientNet("tiny", classes=5, dropout_rate=0.0, drop_connect_rate=0.0)
+    images = np.random.default_rng(0).integers(0, 256, (4, 64, 64, 3)).astype("uint8")
+    whole = keras.ops.convert_to_numpy(model(images, training=True))
+    part = keras.ops.convert_to_numpy(model(images[:2], training=True))
+    assert np.abs(whole[:2] - part).max() > 1e-4
+
+
+def test_uint8_and_float_images_give_the_same_output():
+    model = ke.EfficientNet("tiny", classes=3, input_dtype="float32")
+    images = np.random.default_rng(0).integers(0, 256, (2, 64, 64, 3))
+    uint8_model = ke.EfficientNet("tiny", classes=3)
+    uint8_model.set_weights(model.get_weights())
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(uint8_model(images.astype("uint8"))),
+        keras.ops.convert_to_numpy(model(images.astype("float32"))), rtol=1e-5, atol=1e-6)
+
+
+def test_any_resolution_and_headless_pooling():
+    model = ke.EfficientNet("tiny", input_shape=(None, None, 3), include_top=False,
+                            pooling="avg")
+    for size in (64, 96):
+        out = model(np.zeros((1, size, size, 3), "uint8"))
+        assert out.shape == (1, round_filters(1280, 0.5))
+
+
+def test_tiny_g16_lnpn_model_trains():
+    model = ke.EfficientNet("tiny", group_size=16, expand_ratio=4, norm="layer", proxy_norm=True,
+                            classes=4, input_shape=(32, 32, 3))
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 32)
+    # Class-dependent brightness makes the task learnable in a few steps.
+    images = np.clip(rng.normal(40 + 50 * labels[:, None, None, None], 10, (32, 32, 32, 3)),
+                     0, 255).astype("uint8")
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss="sparse_categorical_crossentropy", jit_compile=False)
+    history = model.fit(images, labels, batch_size=16, epochs=8, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses))
+    assert losses[-1] < 0.7 * losses[0]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(variant="b8"), r"variant must be one of \['b0'"),
+    (dict(norm="instance"), r"norm must be one of \['batch', 'group', 'layer'\]"),
+    (dict(norm="batch", proxy_norm=True), "proxy_norm=True needs a batch-independent norm"),
+    (dict(group_size=16, expand_ratio=6, variant="b0", first_stage_group_size=None,
+          norm="group", input_shape=(224, 224, 3), width_coefficient=1.2),
+     "block1a.*group_size=16 does not divide its 40 channels.*first_stage_group_size"),
+    (dict(input_shape=(224, 224)), r"input_shape must be \(height, width, 3\)"),
+    (dict(input_shape=(16, 16, 3)), "ints >= 32"),
+    (dict(input_shape=(224, 224, 1)), "RGB"),
+    (dict(pooling="sum", include_top=False), "pooling must be one of"),
+    (dict(expand_ratio=0), "expand_ratio must be a positive int"),
+])
+def test_bad_arguments_fail_with_a_clear_message(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ke.EfficientNet(**kwargs)
+
+
+def test_presets_cover_b0_to_b7_for_four_families():
+    for variant in KERAS_APPS:
+        for family in ("g1-bn", "g1-gn", "g16-gn", "g16-lnpn"):
+            assert f"efficientnet-{variant}-{family}" in PRESETS
+    assert PRESETS["efficientnet-b4-g16-lnpn"]["expand_ratio"] == 4
+    with pytest.raises(ValueError, match="unknown preset 'efficientnet-b9'"):
+        ke.EfficientNet.from_preset("efficientnet-b9")
+
+
+@pytest.mark.parametrize("preset", ["efficientnet-b3-g16-lnpn", "efficientnet-b4-g16-gn"])
+def test_g16_presets_with_awkward_first_stages_build(preset):
+    model = ke.EfficientNet.from_preset(preset, input_shape=(64, 64, 3), classes=10)
+    assert model(np.zeros((1, 64, 64, 3), "uint8")).shape == (1, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_builds(preset):
+    model = ke.EfficientNet.from_preset(preset, input_shape=(32, 32, 3), classes=2)
+    assert model(np.zeros((1, 32, 32, 3), "uint8")).shape == (1, 2)
