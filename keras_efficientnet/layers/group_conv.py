@@ -79,8 +79,8 @@ class GroupConv2D(keras.layers.Layer):
             kernel_size = (kernel_size, kernel_size)
         kernel_size = tuple(int(k) for k in kernel_size)
         if len(kernel_size) != 2 or min(kernel_size) < 1:
-            raise ValueError(
-                f"GroupConv2D: `kernel_size` must be a positive int or pair, received {kernel_size}")
+            raise ValueError("GroupConv2D: `kernel_size` must be a positive int or pair, "
+                             f"received {kernel_size}")
         if not isinstance(strides, int) or strides < 1:
             raise ValueError(f"GroupConv2D: `strides` must be a positive int, received {strides!r}")
         if not isinstance(group_size, int) or group_size < 1:

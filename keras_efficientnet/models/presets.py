@@ -1,4 +1,4 @@
-"""Named architecture presets: b0..b7 for G1-BN, G1-GN, G16-GN and G16-LN+PN."""
+"""Named architecture presets: b0..b7 (and tiny) for G1-BN, G1-GN, G16-GN, G16-GN+PN, G16-LN+PN."""
 
 from __future__ import annotations
 
@@ -32,9 +32,7 @@ def _first_stage_group_size(variant: str, group_size: int) -> int | None:
 
 def _build_presets() -> dict[str, dict]:
     presets = {}
-    for variant in SCALING:
-        if variant == "tiny":
-            continue
+    for variant in SCALING:  # "tiny" too: the smoke and default jobs use it
         for family, config in FAMILIES.items():
             config = {"variant": variant, **config}
             first = _first_stage_group_size(variant, config["group_size"])

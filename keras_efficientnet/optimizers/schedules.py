@@ -1,4 +1,4 @@
-"""Learning-rate schedules: linear warm-up, then staircase exponential, cosine, polynomial or flat."""
+"""Learning-rate schedules: linear warm-up, then staircase exponential, cosine, polynomial, flat."""
 
 from __future__ import annotations
 

@@ -80,7 +80,8 @@ def test_mbconv_errors_name_the_block():
 
 
 @pytest.mark.parametrize("layer", [
-    SqueezeExcite(4, "relu"), StochasticDepth(0.1, seed=1), ImageNormalization((1, 2, 3), (4, 5, 6)),
+    SqueezeExcite(4, "relu"), StochasticDepth(0.1, seed=1),
+    ImageNormalization((1, 2, 3), (4, 5, 6)),
     MBConvBlock(16, 24, 5, 2, 4, 0.25, 16, "layer", 4, True, "swish", 0.1, name="block4a"),
 ])
 def test_config_round_trip(layer):

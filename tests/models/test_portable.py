@@ -23,6 +23,7 @@ assert "tensorflow" not in sys.modules, "TensorFlow was imported"
 """
 
 
+@pytest.mark.slow  # the TF-free environment of `make test-jax` proves the same at no cost
 def test_jax_backend_never_imports_tensorflow():
     pytest.importorskip("jax")
     env = dict(os.environ, KERAS_BACKEND="jax")

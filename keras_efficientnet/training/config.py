@@ -1,0 +1,165 @@
+"""The frozen training configuration: one field per command-line flag, validated in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+MODES = ("train", "evaluate", "finetune", "train_and_finetune")
+OPTIMIZERS = ("rmsprop", "lars", "sgd")
+DECAYS = ("exponential", "cosine", "polynomial", "constant")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def _f(default, help: str, choices=None):
+    """A config field carrying its flag help text (and enum choices) as metadata."""
+    metadata = {"help": help}
+    if choices is not None:
+        metadata["choices"] = choices
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs. The CLI builds it from flags; notebooks may build it directly."""
+
+    # What to do and where.
+    mode: str = _f("train_and_finetune", "What to run.", MODES)
+    model_dir: str = _f("runs/default", "Checkpoints, TensorBoard logs and results.json.")
+    resume: bool = _f(True, "Resume from the latest checkpoint in model_dir when there is one.")
+    keep_checkpoints: int = _f(3, "Per-epoch checkpoints to keep (the newest).")
+
+    # Model.
+    model: str = _f("efficientnet-b0-g16-lnpn",
+                    "Architecture preset (see keras_efficientnet.models.PRESETS).")
+    dropout_rate: float = _f(-1.0, "Dropout before the classifier; -1 keeps the variant's.")
+    drop_connect_rate: float = _f(0.2, "Stochastic depth of the last block.")
+
+    # Data.
+    dataset: str = _f("digits", "digits, synthetic, folder:PATH, tfds:NAME or tfrecord:PATTERN.")
+    data_dir: str = _f("", "Data directory (tfds data_dir, or where digits are written).")
+    train_split: str = _f("train", "Split to train (and fine-tune) on.")
+    eval_split: str = _f("validation", "Held-out split to evaluate on.")
+    crop_area_min: float = _f(0.05, "Smallest area fraction of the random training crop.")
+    random_flip: bool = _f(True, "Random horizontal flips in training.")
+    mixup_alpha: float = _f(0.0, "Mixup Beta(alpha, alpha); 0 disables.")
+    cutmix_lambda: float = _f(0.0, "CutMix nominal lambda (kept area); 0 disables.")
+    eval_resize_ratio: float = _f(256 / 224, "Evaluation: resize short side to res x ratio.")
+    cache: bool = _f(False, "Cache the encoded dataset in memory.")
+    shuffle_buffer: int = _f(10_000, "Shuffle buffer size (examples).")
+    seed: int = _f(0, "Seed for initialisation, shuffling and augmentation.")
+    deterministic: bool = _f(False, "Deterministic input order and ops (slower).")
+    host_threads: int = _f(0, "Private tf.data thread pool size; 0 lets tf.data choose.")
+
+    # Resolutions.
+    train_resolution: int = _f(0, "Training resolution; 0 = the variant's native one.")
+    test_resolution: int = _f(0, "Evaluation and fine-tune resolution; 0 = native.")
+
+    # Batch and execution.
+    micro_batch_size: int = _f(32, "Examples per replica per forward pass.")
+    gradient_accumulation: int = _f(1, "Micro-batches accumulated per optimizer step.")
+    replicas: int = _f(1, "Data-parallel replicas (global batch = micro x accum x replicas).")
+    steps_per_execution: int = _f(1, "Steps per host call (device iterations).")
+    precision: str = _f("float32", "Compute precision.", PRECISIONS)
+
+    # Optimisation.
+    optimizer: str = _f("rmsprop", "Optimizer.", OPTIMIZERS)
+    learning_rate: float = _f(0.0, "Peak learning rate; 0 = learning_rate_per_sample x batch.")
+    learning_rate_per_sample: float = _f(2.0 ** -14,
+                                         "Peak rate per example of the global batch.")
+    momentum: float = _f(0.9, "Momentum (RMSProp, LARS, SGD).")
+    rmsprop_rho: float = _f(0.953125, "RMSProp decay of the mean square.")
+    rmsprop_epsilon: float = _f(1e-3, "RMSProp epsilon, inside the square root.")
+    lars_eta: float = _f(0.001, "LARS trust coefficient.")
+    lars_epsilon: float = _f(0.0, "LARS epsilon.")
+    weight_decay: float = _f(1e-5, "L2 weight decay (inside LARS; on the gradient otherwise).")
+    label_smoothing: float = _f(0.1, "Label smoothing of the cross-entropy.")
+    lr_schedule: str = _f("exponential", "Decay after warm-up.", DECAYS)
+    warmup_epochs: float = _f(5.0, "Linear warm-up length in epochs.")
+    decay_epochs: float = _f(2.4, "Exponential: epochs per staircase step.")
+    decay_rate: float = _f(0.97, "Exponential: factor per staircase step.")
+    poly_power: float = _f(2.0, "Polynomial decay power.")
+    end_learning_rate_ratio: float = _f(1e-5, "Cosine/polynomial: end rate / peak rate.")
+    ema_decay: float = _f(0.0, "Per-step exponential moving average of weights; 0 disables.")
+    weight_average_decay: float = _f(
+        0.97, "Exponential average of per-epoch weights, evaluated and fine-tuned; 0 disables.")
+
+    # Length.
+    epochs: int = _f(10, "Training epochs.")
+    steps_per_epoch: int = _f(0, "Steps per epoch; 0 = one pass over the training split.")
+    eval_steps: int = _f(0, "Evaluation batches; 0 = the whole split.")
+    finetune_epochs: int = _f(2, "Fine-tune epochs at the test resolution.")
+    finetune_learning_rate: float = _f(0.0, "Fine-tune peak rate; 0 = a tenth of training's.")
+    init_checkpoint: str = _f("", "Weights (.weights.h5 or checkpoint folder) to fine-tune or "
+                                  "evaluate; empty = model_dir's latest.")
+    verbose: int = _f(1, "0 silent, 1 progress bar, 2 one line per epoch.")
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.micro_batch_size * self.gradient_accumulation * self.replicas
+
+    def peak_learning_rate(self) -> float:
+        if self.learning_rate > 0:
+            return self.learning_rate
+        return self.learning_rate_per_sample * self.global_batch_size
+
+    def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown config fields {unknown}; valid fields: {sorted(known)}")
+        return cls(**values)
+
+    def __post_init__(self):
+        validate(self)
+
+
+# Fields that define the architecture: a resume or fine-tune must agree on them.
+ARCHITECTURE_FIELDS = ("model", "dropout_rate", "drop_connect_rate")
+
+
+def validate(config: TrainConfig) -> None:
+    """Raises a ValueError naming the flag, its value and what would be valid."""
+    from keras_efficientnet.models.presets import PRESETS
+
+    for f in dataclasses.fields(config):
+        choices = f.metadata.get("choices")
+        value = getattr(config, f.name)
+        if choices and value not in choices:
+            raise ValueError(f"--{f.name}={value!r} is not valid; choose one of {list(choices)}")
+    if config.model not in PRESETS:
+        raise ValueError(f"--model={config.model!r} is not a known preset; valid: "
+                         f"{sorted(PRESETS)}")
+    positive = ("micro_batch_size", "gradient_accumulation", "replicas", "steps_per_execution",
+                "keep_checkpoints")
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, received {getattr(config, name)}")
+    non_negative = ("epochs", "finetune_epochs", "steps_per_epoch", "eval_steps",
+                    "train_resolution", "test_resolution", "warmup_epochs", "weight_decay",
+                    "learning_rate", "finetune_learning_rate", "mixup_alpha", "host_threads")
+    for name in non_negative:
+        if getattr(config, name) < 0:
+            raise ValueError(f"--{name} must be >= 0, received {getattr(config, name)}")
+    for name in ("label_smoothing", "ema_decay", "weight_average_decay", "cutmix_lambda"):
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"--{name} must be in [0, 1), received {getattr(config, name)}")
+    if not 0.0 < config.crop_area_min <= 1.0:
+        raise ValueError(f"--crop_area_min must be in (0, 1], received {config.crop_area_min}")
+    for name in ("train_resolution", "test_resolution"):
+        value = getattr(config, name)
+        if 0 < value < 32:
+            raise ValueError(f"--{name} must be 0 (native) or >= 32, received {value}")
+    if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
+        raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")

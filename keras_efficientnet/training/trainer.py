@@ -1,0 +1,357 @@
+"""The trainer: small named builders and `train_and_evaluate`, which runs a config's mode."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+
+import keras
+
+from keras_efficientnet import optimizers as opt_lib
+from keras_efficientnet.models.efficientnet import SCALING, EfficientNet
+from keras_efficientnet.models.presets import preset_config
+from keras_efficientnet.training.callbacks import (
+    EpochCheckpoint, NonFiniteLossGuard, Throughput, WeightAverage)
+from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
+from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
+
+log = logging.getLogger("keras_efficientnet")
+
+# Layers the reduced-resolution fine-tune trains: the head conv, its norm (and proxy norm
+# activation) and the classifier. Everything else is frozen.
+HEAD_LAYERS = ("head_conv", "head_norm", "head_act", "predictions")
+
+
+def resolutions(config: TrainConfig) -> tuple[int, int]:
+    """(train, test) resolutions, 0 meaning the variant's native resolution."""
+    native = SCALING[preset_config(config.model)["variant"]].resolution
+    train = config.train_resolution or native
+    test = config.test_resolution or native
+    if config.mode == "train_and_finetune" and train % 32 != test % 32:
+        warnings.warn(
+            f"--train_resolution={train} and --test_resolution={test} differ modulo 32 "
+            f"({train % 32} vs {test % 32}); the paper picks train_res so that they agree, "
+            "which keeps the feature maps' alignment.", stacklevel=2)
+    return train, test
+
+
+def use_one_hot(config: TrainConfig) -> bool:
+    return config.label_smoothing > 0 or config.mixup_alpha > 0 or config.cutmix_lambda > 0
+
+
+def build_model(config: TrainConfig, resolution: int, num_classes: int) -> EfficientNet:
+    """The preset architecture at `resolution` with `num_classes` outputs."""
+    overrides = {"drop_connect_rate": config.drop_connect_rate}
+    if config.dropout_rate >= 0:
+        overrides["dropout_rate"] = config.dropout_rate
+    return EfficientNet.from_preset(config.model, input_shape=(resolution, resolution, 3),
+                                    classes=num_classes, **overrides)
+
+
+def lr_schedule(config: TrainConfig, steps_per_epoch: int, epochs: int,
+                peak: float) -> opt_lib.WarmupSchedule:
+    """Warm-up then the configured decay, in the optimizer's (micro-batch) step units."""
+    total = max(1, epochs * steps_per_epoch)
+    warmup = min(int(round(config.warmup_epochs * steps_per_epoch)), total - 1)
+    kwargs = {}
+    if config.lr_schedule == "exponential":
+        kwargs = dict(decay_steps=max(config.decay_epochs * steps_per_epoch, 1e-9),
+                      decay_rate=config.decay_rate)
+    elif config.lr_schedule in ("cosine", "polynomial"):
+        kwargs = dict(total_steps=total, end_learning_rate=peak * config.end_learning_rate_ratio,
+                      power=config.poly_power if config.lr_schedule == "polynomial" else 1.0)
+    return opt_lib.WarmupSchedule(peak, warmup, config.lr_schedule, **kwargs)
+
+
+def build_optimizer(config: TrainConfig, schedule) -> keras.optimizers.Optimizer:
+    """RMSPropTF, LARS or momentum SGD with the config's weight decay and accumulation."""
+    common = {}
+    if config.gradient_accumulation > 1:
+        common["gradient_accumulation_steps"] = config.gradient_accumulation
+    if config.ema_decay > 0:
+        common.update(use_ema=True, ema_momentum=config.ema_decay)
+    if config.optimizer == "rmsprop":
+        return opt_lib.RMSPropTF(schedule, rho=config.rmsprop_rho, momentum=config.momentum,
+                                 epsilon=config.rmsprop_epsilon,
+                                 weight_decay_l2=config.weight_decay, **common)
+    if config.optimizer == "lars":
+        return opt_lib.LARS(schedule, momentum=config.momentum, eta=config.lars_eta,
+                            epsilon=config.lars_epsilon, weight_decay_l2=config.weight_decay,
+                            **common)
+    return opt_lib.SGD(schedule, momentum=config.momentum, weight_decay_l2=config.weight_decay,
+                       **common)
+
+
+def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classes: int) -> None:
+    """Loss with label smoothing, top-1/top-5 metrics, XLA off (slower on CPU)."""
+    k = min(5, num_classes)
+    if use_one_hot(config):
+        loss = keras.losses.CategoricalCrossentropy(label_smoothing=config.label_smoothing)
+        metrics = [keras.metrics.CategoricalAccuracy(name="top1"),
+                   keras.metrics.TopKCategoricalAccuracy(k, name="top5")]
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy()
+        metrics = [keras.metrics.SparseCategoricalAccuracy(name="top1"),
+                   keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5")]
+    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=False,
+                  steps_per_execution=config.steps_per_execution)
+
+
+def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
+                   repeat: bool, num_classes: int | None = None, augment: bool | None = None):
+    """The host pipeline for one phase; `augment=False` gives eval preprocessing, shuffled."""
+    from keras_efficientnet import datasets
+
+    augment = training if augment is None else augment
+    return datasets.make_dataset(
+        config.dataset, split, image_size=resolution,
+        batch_size=config.micro_batch_size * config.replicas, training=training,
+        augment=augment, data_dir=config.data_dir or None, num_classes=num_classes,
+        mixup_alpha=config.mixup_alpha if augment else 0.0,
+        cutmix_lambda=(config.cutmix_lambda or None) if augment else None,
+        one_hot=use_one_hot(config), shuffle_buffer=config.shuffle_buffer or None,
+        cache=config.cache, repeat=repeat, seed=config.seed,
+        deterministic=config.deterministic or None,
+        private_threadpool_size=config.host_threads or None,
+        eval_resize_ratio=config.eval_resize_ratio, area_range=(config.crop_area_min, 1.0),
+        random_flip=config.random_flip)
+
+
+def dataset_facts(config: TrainConfig) -> tuple[int, int, int]:
+    """(train examples, eval examples, classes) of the configured source."""
+    from keras_efficientnet import datasets
+
+    data_dir = config.data_dir or None
+    train = datasets.dataset_info(config.dataset, config.train_split, data_dir=data_dir)
+    held_out = datasets.dataset_info(config.dataset, config.eval_split, data_dir=data_dir)
+    return train.num_examples, held_out.num_examples, train.num_classes
+
+
+@contextlib.contextmanager
+def precision_policy(precision: str):
+    """Sets Keras' global dtype policy for the models built inside, then restores it."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def _check_architecture(saved: dict, config: TrainConfig, where: Path) -> None:
+    differing = [f"{name} (checkpoint {saved.get(name)!r}, now {getattr(config, name)!r})"
+                 for name in ARCHITECTURE_FIELDS if saved.get(name) != getattr(config, name)]
+    if differing:
+        raise ValueError(
+            f"the checkpoint in {where} was trained with another architecture: "
+            f"{'; '.join(differing)}. Use another --model_dir, or --noresume to start afresh.")
+
+
+def evaluate(model: keras.Model, dataset, steps: int | None, verbose: int = 0) -> dict:
+    """Top-1 and top-5 of `model` on `dataset`."""
+    results = model.evaluate(dataset, steps=steps, verbose=verbose, return_dict=True)
+    return {"top1": float(results["top1"]), "top5": float(results["top5"]),
+            "loss": float(results["loss"])}
+
+
+def train(config: TrainConfig, num_classes: int, train_examples: int,
+          extra_callbacks: list | None = None) -> dict:
+    """Trains at the training resolution with checkpoints and resume; returns a summary.
+
+    `extra_callbacks` run after the checkpoint is written at each epoch's end.
+    """
+    train_res, _ = resolutions(config)
+    micro_steps = config.steps_per_epoch or max(1, train_examples // config.micro_batch_size)
+    micro_steps -= micro_steps % config.gradient_accumulation  # whole optimizer steps only
+    if micro_steps < 1:
+        raise ValueError(
+            f"an epoch of {train_examples} examples cannot form one optimizer step of "
+            f"{config.global_batch_size} examples; lower --micro_batch_size or "
+            "--gradient_accumulation")
+    manager = CheckpointManager(Path(config.model_dir) / "checkpoints", config.keep_checkpoints)
+    latest = manager.latest() if config.resume else None
+    state = {}
+    if latest is not None:
+        _check_architecture(CheckpointManager.read_state(latest)["config"], config, latest)
+    keras.utils.set_random_seed(config.seed)
+    model = build_model(config, train_res, num_classes)
+    schedule = lr_schedule(config, micro_steps, config.epochs, config.peak_learning_rate())
+    compile_model(model, build_optimizer(config, schedule), config, num_classes)
+    if latest is not None:
+        model.optimizer.build(model.trainable_variables)
+        state = CheckpointManager.restore(latest, model, model.optimizer)
+        log.info("resumed from %s (epoch %d)", latest, state["epoch"])
+    initial_epoch = state.get("epoch", 0)
+    average = (WeightAverage(config.weight_average_decay, state.get("average"))
+               if config.weight_average_decay > 0 else None)
+    throughput = Throughput(config.micro_batch_size * config.replicas,
+                            config.steps_per_execution)
+    checkpointer = EpochCheckpoint(manager, average, {"config": config.to_dict()}, micro_steps)
+    checkpointer.history = list(state.get("history", []))
+    callbacks = [throughput,
+                 NonFiniteLossGuard(micro_steps, initial_epoch, config.steps_per_execution,
+                                    manager),
+                 checkpointer,
+                 keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
+                                             update_freq="epoch"),
+                 *(extra_callbacks or [])]
+    if initial_epoch < config.epochs:
+        # The data position is restored by skipping the batches already seen: the pipeline
+        # is seeded, so the resumed run sees exactly what the uninterrupted one would.
+        data = build_datasets(config, train_res, training=True, split=config.train_split,
+                              repeat=True, num_classes=num_classes)
+        data = data.skip(initial_epoch * micro_steps)
+        model.fit(data, epochs=config.epochs, initial_epoch=initial_epoch,
+                  steps_per_epoch=micro_steps, callbacks=callbacks, shuffle=False,
+                  verbose=config.verbose)
+    return {"model": model, "average": average, "history": checkpointer.history,
+            "images_per_second": throughput.images_per_second,
+            "resolution": train_res, "steps_per_epoch": micro_steps,
+            "checkpoint": manager.latest()}
+
+
+def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = True) -> str:
+    """Loads --init_checkpoint, else model_dir's latest checkpoint (averaged weights first)."""
+    source = config.init_checkpoint or ""
+    if not source:
+        latest = CheckpointManager(Path(config.model_dir) / "checkpoints").latest()
+        if latest is None:
+            raise ValueError(
+                f"--mode={config.mode} needs trained weights: no checkpoint in "
+                f"{Path(config.model_dir) / 'checkpoints'} and no --init_checkpoint given")
+        source = str(latest)
+    path = Path(source)
+    if path.is_dir():
+        saved = CheckpointManager.read_state(path)["config"]
+        _check_architecture(saved, config, path)
+        state = CheckpointManager.restore(path, model)
+        if averaged and state.get("average") is not None:
+            model.set_weights(WeightAverage(0.0, state["average"]).weights_like(model))
+            return f"{path} (weight average)"
+        return str(path)
+    if not path.is_file():
+        raise ValueError(f"--init_checkpoint={source!r} is neither a checkpoint folder nor a "
+                         f"{WEIGHTS!r}-style weights file")
+    model.load_weights(path)
+    return str(path)
+
+
+def finetune(config: TrainConfig, model_weights: list, num_classes: int,
+             train_examples: int) -> tuple[keras.Model, dict]:
+    """Trains only the head block at the test resolution, on training images with eval
+    preprocessing (Masters et al. 2021, section 5), from `model_weights`."""
+    _, test_res = resolutions(config)
+    keras.utils.set_random_seed(config.seed + 1)
+    model = build_model(config, test_res, num_classes)
+    model.set_weights(model_weights)
+    for layer in model.layers:
+        layer.trainable = layer.name in HEAD_LAYERS
+    steps = max(1, train_examples // config.micro_batch_size)
+    steps -= steps % config.gradient_accumulation
+    peak = config.finetune_learning_rate or config.peak_learning_rate() / 10
+    tuned = config.replace(label_smoothing=config.label_smoothing, mixup_alpha=0.0,
+                           cutmix_lambda=0.0, lr_schedule="cosine", warmup_epochs=0.0,
+                           ema_decay=0.0)
+    schedule = lr_schedule(tuned, steps, config.finetune_epochs, peak)
+    compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
+    throughput = Throughput(config.micro_batch_size * config.replicas,
+                            config.steps_per_execution)
+    data = build_datasets(tuned, test_res, training=True, augment=False,
+                          split=config.train_split, repeat=True, num_classes=num_classes)
+    history = model.fit(data, epochs=config.finetune_epochs, steps_per_epoch=steps,
+                        shuffle=False, callbacks=[throughput, NonFiniteLossGuard(steps)],
+                        verbose=config.verbose)
+    return model, {"history": history.history, "images_per_second":
+                   throughput.images_per_second, "resolution": test_res}
+
+
+def _write_results(config: TrainConfig, results: dict) -> Path:
+    path = Path(config.model_dir) / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=2, sort_keys=True, default=float))
+    os.replace(tmp, path)
+    return path
+
+
+def _summary_table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def train_and_evaluate(config: TrainConfig) -> dict:
+    """Runs `config.mode` and writes `<model_dir>/results.json`; returns the results."""
+    started = time.perf_counter()
+    if config.replicas > 1:
+        raise ValueError(
+            f"--replicas={config.replicas} needs a distribution backend, which this trainer "
+            "does not drive yet; use --replicas=1 (with --gradient_accumulation to form the "
+            "same global batch)")
+    train_examples, eval_examples, num_classes = dataset_facts(config)
+    train_res, test_res = resolutions(config)
+    # Counting the batches keeps Keras from warning that a finite dataset "ran out of data".
+    eval_batch = config.micro_batch_size * config.replicas
+    eval_steps = config.eval_steps or -(-eval_examples // eval_batch)
+    results = {"mode": config.mode, "model": config.model, "dataset": config.dataset,
+               "global_batch_size": config.global_batch_size, "num_classes": num_classes,
+               "train_examples": train_examples, "eval_examples": eval_examples,
+               "config": config.to_dict()}
+    with precision_policy(config.precision):
+        model, weights_from = None, ""
+        if config.mode in ("train", "train_and_finetune"):
+            trained = train(config, num_classes, train_examples)
+            model = trained["model"]
+            results.update(epochs=config.epochs, train_resolution=train_res,
+                           images_per_second=trained["images_per_second"],
+                           history=trained["history"], checkpoint=str(trained["checkpoint"]))
+            if trained["average"] is not None and trained["average"].values is not None:
+                model.set_weights(trained["average"].weights_like(model))
+                weights_from = "weight average"
+        if config.mode in ("evaluate", "finetune"):
+            keras.utils.set_random_seed(config.seed)
+            model = build_model(config, test_res, num_classes)
+            weights_from = load_weights_for(config, model)
+        eval_data = lambda res: build_datasets(  # noqa: E731
+            config, res, training=False, split=config.eval_split, repeat=False,
+            num_classes=num_classes)
+        evaluation_model = build_model(config, test_res, num_classes)
+        evaluation_model.set_weights(model.get_weights())
+        compile_model(evaluation_model, "sgd", config, num_classes)
+        before = evaluate(evaluation_model, eval_data(test_res), eval_steps)
+        results.update(test_resolution=test_res, weights=weights_from,
+                       **{f"{k}_before_finetune" if config.mode.endswith("finetune") else k: v
+                          for k, v in before.items()})
+        if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
+            tuned, info = finetune(config, model.get_weights(), num_classes, train_examples)
+            after = evaluate(tuned, eval_data(test_res), eval_steps)
+            results.update(finetune_epochs=config.finetune_epochs,
+                           finetune_images_per_second=info["images_per_second"], **after)
+            tuned.save_weights(Path(config.model_dir) / "finetuned.weights.h5")
+        elif config.mode.endswith("finetune"):
+            results.update(before)
+    results["wall_seconds"] = time.perf_counter() - started
+    path = _write_results(config, results)
+    rows = [("mode", config.mode), ("model", config.model), ("dataset", config.dataset),
+            ("global batch", str(config.global_batch_size))]
+    if "epochs" in results:
+        rows.append(("trained", f"{config.epochs} epochs at {train_res}px, "
+                                f"{results['images_per_second']:.1f} img/s"))
+    if config.mode.endswith("finetune"):
+        rows.append(("before fine-tune", f"top-1 {results['top1_before_finetune']:.4f} at "
+                                         f"{test_res}px"))
+        if config.finetune_epochs > 0:
+            rows.append(("fine-tuned", f"{config.finetune_epochs} epochs, head only, "
+                                       f"at {test_res}px"))
+    rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}"),
+             ("wall time", f"{results['wall_seconds']:.0f} s"), ("results", str(path))]
+    print("\n" + _summary_table(rows), flush=True)
+    return results
+
+
+__all__ = ["build_datasets", "build_model", "build_optimizer", "compile_model", "evaluate",
+           "finetune", "lr_schedule", "train", "train_and_evaluate"]

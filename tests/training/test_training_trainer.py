@@ -1,0 +1,199 @@
+"""Trainer: config validation, atomic checkpoints, resume equals uninterrupted, fine-tune, CLI."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tf_only
+
+from keras_efficientnet.training import (  # noqa: E402
+    CheckpointManager, NonFiniteLossError, NonFiniteLossGuard, TrainConfig, lr_schedule)
+from keras_efficientnet.training import trainer  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = dict(model="efficientnet-tiny-g16-lnpn", dataset="synthetic", train_resolution=32,
+            test_resolution=32, micro_batch_size=8, steps_per_epoch=3, eval_steps=1, verbose=0,
+            optimizer="sgd", learning_rate=0.01, lr_schedule="cosine", warmup_epochs=0.5,
+            label_smoothing=0.0, drop_connect_rate=0.0, dropout_rate=0.0,
+            keep_checkpoints=2, seed=3)
+
+
+def _config(tmp_path, **changes):
+    return TrainConfig(**{**TINY, "model_dir": str(tmp_path / "run"), **changes})
+
+
+@pytest.mark.parametrize("changes,match", [
+    (dict(optimizer="adamw"), r"--optimizer='adamw' is not valid; choose one of \['rmsprop'"),
+    (dict(model="efficientnet-b9"), "--model='efficientnet-b9' is not a known preset"),
+    (dict(micro_batch_size=0), "--micro_batch_size must be >= 1"),
+    (dict(label_smoothing=1.5), r"--label_smoothing must be in \[0, 1\)"),
+    (dict(train_resolution=16), "--train_resolution must be 0"),
+])
+def test_bad_flags_name_the_flag_and_the_valid_values(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**changes)
+
+
+def test_config_round_trips_through_a_dict():
+    config = TrainConfig(epochs=3, optimizer="lars")
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    assert config.replace(micro_batch_size=4, gradient_accumulation=8,
+                          replicas=2).global_batch_size == 64
+    with pytest.raises(ValueError, match="unknown config fields"):
+        TrainConfig.from_dict({"epoch": 3})
+
+
+def test_schedule_follows_the_recipe_table():
+    # 5 warm-up epochs of 10 steps to 0.046875, then x0.97 every 2.4 epochs (staircase).
+    config = TrainConfig(lr_schedule="exponential", warmup_epochs=5, decay_epochs=2.4,
+                         decay_rate=0.97)
+    schedule = lr_schedule(config, steps_per_epoch=10, epochs=350, peak=0.046875)
+    table = {0: 0.0, 25: 0.0234375, 50: 0.046875, 73: 0.046875, 74: 0.046875 * 0.97,
+             98: 0.046875 * 0.97 ** 2}
+    for step, expected in table.items():
+        assert float(schedule(step)) == pytest.approx(expected, rel=1e-6, abs=1e-9)
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path, monkeypatch):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    manager = CheckpointManager(tmp_path, keep=2)
+    for epoch in (1, 2, 3):
+        manager.save(epoch, model, state={"tag": epoch})
+    assert [p.name for p in manager.all()] == ["epoch-0002", "epoch-0003"]
+    assert manager.latest().name == "epoch-0003"
+
+    # A crash while writing epoch 4 leaves epoch 3 as the latest and no partial folder.
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model, "save_weights", crash)
+    with pytest.raises(OSError, match="disk full"):
+        manager.save(4, model)
+    assert manager.latest().name == "epoch-0003"
+    assert sorted(os.listdir(tmp_path)) == ["LATEST", "epoch-0002", "epoch-0003"]
+    assert CheckpointManager.read_state(manager.latest())["tag"] == 3
+
+
+def test_non_finite_loss_names_the_step_and_the_intact_checkpoint(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    manager = CheckpointManager(tmp_path)
+    manager.save(2, model)
+    guard = NonFiniteLossGuard(steps_per_epoch=10, initial_epoch=2, checkpoints=manager)
+    guard.on_epoch_begin(2)
+    guard.on_train_batch_end(3, {"loss": 1.0})
+    with pytest.raises(NonFiniteLossError, match=r"became nan at step 24 \(epoch 3, batch 4\); "
+                                                 r"the last good checkpoint .*epoch-0002"):
+        guard.on_train_batch_end(3, {"loss": float("nan")})
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashAfterEpoch(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epoch:
+            raise _Crash(f"simulated crash after epoch {self.epoch}")
+
+
+def test_resume_continues_the_uninterrupted_loss_curve(tmp_path):
+    full = trainer.train(_config(tmp_path / "a", epochs=3), num_classes=10,
+                         train_examples=10_000)
+    # The same command, killed after its second epoch's checkpoint, then run again.
+    with pytest.raises(_Crash):
+        trainer.train(_config(tmp_path / "b", epochs=3), num_classes=10, train_examples=10_000,
+                      extra_callbacks=[_CrashAfterEpoch(2)])
+    resumed = trainer.train(_config(tmp_path / "b", epochs=3), num_classes=10,
+                            train_examples=10_000)
+    losses_full = [h["loss"] for h in full["history"]]
+    losses_resumed = [h["loss"] for h in resumed["history"]]
+    assert len(losses_full) == len(losses_resumed) == 3
+    np.testing.assert_allclose(losses_resumed, losses_full, rtol=1e-4)
+    np.testing.assert_allclose(
+        [w for w in resumed["model"].get_weights()][0], full["model"].get_weights()[0],
+        rtol=1e-4, atol=1e-6)
+
+
+def test_resume_with_another_architecture_is_refused_naming_the_fields(tmp_path):
+    trainer.train(_config(tmp_path, epochs=1), num_classes=10, train_examples=10_000)
+    with pytest.raises(ValueError, match=r"another architecture: model \(checkpoint "
+                                         r"'efficientnet-tiny-g16-lnpn', now "
+                                         r"'efficientnet-tiny-g16-gn'\)"):
+        trainer.train(_config(tmp_path, epochs=2, model="efficientnet-tiny-g16-gn"),
+                      num_classes=10, train_examples=10_000)
+
+
+def test_finetune_trains_only_the_head_block(tmp_path):
+    config = _config(tmp_path, finetune_epochs=1, test_resolution=64)
+    model = trainer.build_model(config, 32, 10)
+    before = {w.path: keras.ops.convert_to_numpy(w) for w in model.weights}
+    tuned, _ = trainer.finetune(config, model.get_weights(), num_classes=10,
+                                train_examples=24)
+    changed = {w.path for w in tuned.weights
+               if not np.array_equal(keras.ops.convert_to_numpy(w), before[w.path])}
+    assert changed  # something trained ...
+    assert {path.split("/")[0] for path in changed} <= set(trainer.HEAD_LAYERS)  # ... the head
+
+
+def test_cli_writes_results_json(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_efficientnet.train", "--flagfile=flags/smoke.flags",
+         f"--model_dir={tmp_path}", "--dataset=synthetic"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    for key, kind in [("top1", float), ("top5", float), ("top1_before_finetune", float),
+                      ("images_per_second", float), ("epochs", int),
+                      ("global_batch_size", int), ("config", dict)]:
+        assert isinstance(results[key], kind), key
+    assert 0.0 <= results["top1"] <= results["top5"] <= 1.0
+    assert results["global_batch_size"] == 16 and results["epochs"] == 1
+    assert results["config"]["optimizer"] == "lars"
+    assert math.isfinite(results["images_per_second"])
+    assert "top-1" in result.stdout and (tmp_path / "finetuned.weights.h5").is_file()
+
+
+def test_cli_rejects_unknown_values_before_any_work(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_efficientnet.train", "--optimizer=adamw",
+         f"--model_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "adamw" in result.stderr and "rmsprop" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_gradient_accumulation_equals_the_large_batch_step():
+    # Two accumulated micro-batches of 4 make one SGD step equal to one batch of 8, and both
+    # equal the closed form W - lr * 2 / (8 * 2) * X^T (X W + b - Y) for the mean squared error.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 5)).astype("float32")
+    y = rng.standard_normal((8, 2)).astype("float32")
+    results = []
+    for accumulation, batch in ((1, 8), (2, 4)):
+        config = TrainConfig(optimizer="sgd", momentum=0.0, weight_decay=0.0,
+                             gradient_accumulation=accumulation, micro_batch_size=batch)
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+        w0, b0 = (w.astype("float64") for w in model.get_weights())
+        model.compile(optimizer=trainer.build_optimizer(config, 0.1), loss="mse",
+                      jit_compile=False)
+        model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+        results.append(model.get_weights())
+    residual = x @ w0 + b0 - y
+    expected = [w0 - 0.1 * 2 / 16 * x.T @ residual, b0 - 0.1 * 2 / 16 * residual.sum(0)]
+    for large, accumulated, reference in zip(*results, expected):
+        np.testing.assert_allclose(large, reference, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(accumulated, reference, rtol=1e-5, atol=1e-6)
