@@ -8,8 +8,8 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # XLA is slower on CPU for these models; Keras' `jit_compile="auto"` is overridden in code too.
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install install-jax test test-tf test-jax test-slow train lint benchmark \
-        benchmark-layers clean
+.PHONY: help install install-jax install-horovod test test-tf test-jax test-slow train lint \
+        benchmark benchmark-layers benchmark-pipeline benchmark-distribute clean
 
 help:
 	@echo "make train       set up and run the default job (flags/default.flags) on digits"
@@ -39,16 +39,17 @@ install-jax: $(JAX_VENV)/.installed
 test: test-tf test-jax
 
 test-tf: install
-	$(VENV)/bin/pytest -m "not slow" tests
+	$(VENV)/bin/pytest -m "not slow" --durations=10 tests
 
 test-jax: install-jax
-	KERAS_BACKEND=jax KE_EXPECT_NO_TENSORFLOW=1 $(JAX_VENV)/bin/pytest -m "not slow and not tf_only" \
-	    tests/layers tests/models $(wildcard tests/optimizers)
+	KERAS_BACKEND=jax KE_EXPECT_NO_TENSORFLOW=1 $(JAX_VENV)/bin/pytest \
+	    -m "not slow and not tf_only and not jax_cpu_slow" --durations=10 \
+	    tests/layers tests/models tests/optimizers
 
 test-slow: install install-jax
 	$(VENV)/bin/pytest tests
 	KERAS_BACKEND=jax KE_EXPECT_NO_TENSORFLOW=1 $(JAX_VENV)/bin/pytest -m "not tf_only" \
-	    tests/layers tests/models $(wildcard tests/optimizers)
+	    tests/layers tests/models tests/optimizers
 
 train: install
 	$(PY) -m keras_efficientnet.train --flagfile=flags/default.flags
@@ -56,10 +57,21 @@ train: install
 lint: install
 	$(VENV)/bin/ruff check keras_efficientnet tests benchmarks data
 
+# Optional: horovod 0.28.1 built against TF 2.21 (about 15 minutes on 2 cores).
+install-horovod: install
+	scripts/install_horovod.sh $(VENV)
+
 benchmark-layers: install
 	$(PY) benchmarks/bench_model.py
 
-benchmark: benchmark-layers
+benchmark-pipeline: install
+	$(VENV)/bin/pip install -q -e ".[bench]"
+	$(PY) benchmarks/bench_pipeline.py
+
+benchmark-distribute: install
+	$(PY) benchmarks/bench_distribute.py
+
+benchmark: benchmark-layers benchmark-pipeline benchmark-distribute
 
 clean:
 	rm -rf $(VENV) $(JAX_VENV) *.egg-info .pytest_cache

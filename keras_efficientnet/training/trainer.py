@@ -49,8 +49,11 @@ def build_model(config: TrainConfig, resolution: int, num_classes: int) -> Effic
     overrides = {"drop_connect_rate": config.drop_connect_rate}
     if config.dropout_rate >= 0:
         overrides["dropout_rate"] = config.dropout_rate
+    # Logits out: the losses take `from_logits=True`, which stays exact when the softmax would
+    # saturate (Keras clips probabilities on backends that cannot recover the logits).
     return EfficientNet.from_preset(config.model, input_shape=(resolution, resolution, 3),
-                                    classes=num_classes, **overrides)
+                                    classes=num_classes, classifier_activation=None,
+                                    **overrides)
 
 
 def lr_schedule(config: TrainConfig, steps_per_epoch: int, epochs: int,
@@ -91,11 +94,12 @@ def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classe
     """Loss with label smoothing, top-1/top-5 metrics, XLA off (slower on CPU)."""
     k = min(5, num_classes)
     if use_one_hot(config):
-        loss = keras.losses.CategoricalCrossentropy(label_smoothing=config.label_smoothing)
+        loss = keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                    label_smoothing=config.label_smoothing)
         metrics = [keras.metrics.CategoricalAccuracy(name="top1"),
                    keras.metrics.TopKCategoricalAccuracy(k, name="top5")]
     else:
-        loss = keras.losses.SparseCategoricalCrossentropy()
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="top1"),
                    keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5")]
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=False,
@@ -251,7 +255,7 @@ def finetune(config: TrainConfig, model_weights: list, num_classes: int,
     model.set_weights(model_weights)
     for layer in model.layers:
         layer.trainable = layer.name in HEAD_LAYERS
-    steps = max(1, train_examples // config.micro_batch_size)
+    steps = config.steps_per_epoch or max(1, train_examples // config.micro_batch_size)
     steps -= steps % config.gradient_accumulation
     peak = config.finetune_learning_rate or config.peak_learning_rate() / 10
     tuned = config.replace(label_smoothing=config.label_smoothing, mixup_alpha=0.0,

@@ -42,3 +42,28 @@ def test_environment_without_tensorflow_really_has_none():
 
     assert keras.backend.backend() == "jax"
     assert importlib.util.find_spec("tensorflow") is None
+
+
+def test_g16_proxy_norm_model_fits_one_batch_on_any_backend():
+    # Memorising 8 images is a task any working model/optimizer pair solves: the loss must
+    # fall well below its start, on TensorFlow and on JAX alike.
+    import numpy as np
+
+    import keras_efficientnet as ke
+
+    keras.utils.set_random_seed(0)
+    # Logits, not softmax probabilities: on JAX, Keras clips probabilities, so a saturated
+    # softmax would stop the gradient (TensorFlow recovers the logits behind the softmax).
+    model = ke.EfficientNet("tiny", group_size=16, expand_ratio=4, norm="layer",
+                            proxy_norm=True, classes=4, input_shape=(32, 32, 3),
+                            dropout_rate=0.0, drop_connect_rate=0.0, classifier_activation=None)
+    # XLA is slower on a CPU under TensorFlow, but JAX needs its jit to be usable at all.
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=keras.backend.backend() != "tensorflow")
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (8, 32, 32, 3)).astype("uint8")
+    labels = np.arange(8) % 4
+    losses = [float(model.train_on_batch(images, labels)) for _ in range(20)]
+    assert np.all(np.isfinite(losses))
+    assert np.median(losses[-5:]) < 0.05 * losses[0]

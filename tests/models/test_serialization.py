@@ -9,7 +9,7 @@ import keras_efficientnet as ke
 
 @pytest.mark.parametrize("kwargs", [
     dict(group_size=16, expand_ratio=4, norm="layer", proxy_norm=True),
-    dict(norm="batch"),
+    pytest.param(dict(norm="batch"), marks=pytest.mark.jax_cpu_slow),
 ])
 def test_keras_file_round_trip_in_safe_mode(tmp_path, kwargs):
     model = ke.EfficientNet("tiny", classes=7, **kwargs)
