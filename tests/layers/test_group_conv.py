@@ -96,6 +96,8 @@ CASES = [
     (32, 32, 16, 5, 1, "same"),
     (32, 64, 16, 3, 2, "valid"),
     (12, 12, 12, 3, 1, "same"),
+    (48, 48, 4, 3, 2, "same"),  # 12 groups: the single grouped-kernel path on TensorFlow
+    (16, 16, 16, 3, 1, "same"),  # 1 group: an ordinary convolution
 ]
 
 
