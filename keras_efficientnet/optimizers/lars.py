@@ -72,16 +72,11 @@ class LARS(keras.optimizers.Optimizer):
     ):
         wd_lib.reject_keras_weight_decay(kwargs, type(self).__name__)
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum}")
+        wd_lib.check_momentum_and_decay(momentum, weight_decay_l2)
         if eta <= 0.0:
             raise ValueError(f"`eta` must be > 0. Received: eta={eta}")
         if epsilon < 0.0:
             raise ValueError(f"`epsilon` must be >= 0. Received: epsilon={epsilon}")
-        if weight_decay_l2 < 0.0:
-            raise ValueError(
-                f"`weight_decay_l2` must be >= 0. Received: weight_decay_l2={weight_decay_l2}"
-            )
         self.momentum = momentum
         self.eta = eta
         self.epsilon = epsilon

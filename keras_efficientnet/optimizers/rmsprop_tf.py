@@ -71,14 +71,9 @@ class RMSPropTF(keras.optimizers.Optimizer):
         super().__init__(learning_rate=learning_rate, **kwargs)
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"`rho` must be in [0, 1]. Received: rho={rho}")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum}")
+        wd_lib.check_momentum_and_decay(momentum, weight_decay_l2)
         if epsilon < 0.0:
             raise ValueError(f"`epsilon` must be >= 0. Received: epsilon={epsilon}")
-        if weight_decay_l2 < 0.0:
-            raise ValueError(
-                f"`weight_decay_l2` must be >= 0. Received: weight_decay_l2={weight_decay_l2}"
-            )
         self.rho = rho
         self.momentum = momentum
         self.epsilon = epsilon

@@ -54,12 +54,7 @@ class SGD(keras.optimizers.Optimizer):
     ):
         wd_lib.reject_keras_weight_decay(kwargs, type(self).__name__)
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum}")
-        if weight_decay_l2 < 0.0:
-            raise ValueError(
-                f"`weight_decay_l2` must be >= 0. Received: weight_decay_l2={weight_decay_l2}"
-            )
+        wd_lib.check_momentum_and_decay(momentum, weight_decay_l2)
         self.momentum = momentum
         self.weight_decay_l2 = weight_decay_l2
         self.weight_decay_exclude = wd_lib.validate_patterns(

@@ -108,3 +108,13 @@ def reject_keras_weight_decay(kwargs: dict, class_name: str) -> None:
             "not Keras' decoupled `weight_decay`. "
             f"Received: weight_decay={kwargs['weight_decay']!r}"
         )
+
+
+def check_momentum_and_decay(momentum: float, weight_decay_l2: float) -> None:
+    """The argument checks every optimizer here shares: momentum in [0, 1), L2 decay >= 0."""
+    if not 0.0 <= momentum < 1.0:
+        raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum}")
+    if weight_decay_l2 < 0.0:
+        raise ValueError(
+            f"`weight_decay_l2` must be >= 0. Received: weight_decay_l2={weight_decay_l2}"
+        )
