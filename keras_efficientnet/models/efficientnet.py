@@ -225,8 +225,10 @@ class EfficientNet(keras.Model):
             x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
             if dropout > 0:
                 x = keras.layers.Dropout(dropout, name="top_dropout")(x)
+            # The classifier computes in float32 under mixed precision, so the loss, softmax and
+            # top-k metrics see full-precision logits.
             x = keras.layers.Dense(
-                classes, activation=classifier_activation, name="predictions",
+                classes, activation=classifier_activation, name="predictions", dtype="float32",
                 kernel_initializer=keras.initializers.VarianceScaling(
                     1.0 / 3.0, mode="fan_out", distribution="uniform"))(x)
         elif pooling == "avg":

@@ -132,6 +132,21 @@ def test_any_resolution_and_headless_pooling():
         assert out.shape == (1, round_filters(1280, 0.5))
 
 
+@JAX_CPU_SLOW
+def test_mixed_precision_computes_in_bfloat16_with_a_float32_classifier():
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = ke.EfficientNet("tiny", group_size=16, expand_ratio=4, norm="layer",
+                                proxy_norm=True, classes=3, input_shape=(32, 32, 3))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert model.get_layer("block2a").compute_dtype == "bfloat16"
+    assert model.get_layer("block2a").variable_dtype == "float32"
+    out = model(np.zeros((2, 32, 32, 3), "uint8"))
+    assert keras.backend.standardize_dtype(out.dtype) == "float32"
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(variant="b8"), r"variant must be one of \['b0'"),
     (dict(norm="instance"), r"norm must be one of \['batch', 'group', 'layer'\]"),
