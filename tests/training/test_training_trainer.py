@@ -202,3 +202,31 @@ def test_gradient_accumulation_equals_the_large_batch_step():
     for large, accumulated, reference in zip(*results, expected):
         np.testing.assert_allclose(large, reference, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(accumulated, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_average_is_the_exponential_average_of_epoch_weights():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    average = trainer.WeightAverage(0.97)
+    for value in (1.0, 2.0, 4.0):
+        model.set_weights([np.full((2, 1), value, "float32"), np.full((1,), -value, "float32")])
+        average.update(model)
+    expected = (0.97 * (0.97 * 1.0 + 0.03 * 2.0)) + 0.03 * 4.0  # starts at the first epoch
+    kernel, bias = average.weights_like(model)
+    np.testing.assert_allclose(kernel, expected, rtol=1e-6)
+    np.testing.assert_allclose(bias, -expected, rtol=1e-6)
+    assert kernel.dtype == np.float32
+
+
+def test_finetune_without_a_checkpoint_fails_before_any_work(tmp_path):
+    config = _config(tmp_path, mode="finetune")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match=r"--mode=finetune needs trained weights: no checkpoint"):
+        trainer.load_weights_for(config, model)
+
+
+def test_resolutions_warn_when_they_differ_modulo_32(tmp_path):
+    with pytest.warns(UserWarning, match="differ modulo 32"):
+        trainer.resolutions(_config(tmp_path, mode="train_and_finetune", train_resolution=48,
+                                    test_resolution=64))
+    assert trainer.resolutions(_config(tmp_path, mode="train_and_finetune",
+                                       train_resolution=160, test_resolution=224)) == (160, 224)
