@@ -163,6 +163,18 @@ def evaluate(model: keras.Model, dataset, steps: int | None, verbose: int = 0) -
             "loss": float(results["loss"])}
 
 
+def steps_per_epoch(config: TrainConfig, train_examples: int) -> int:
+    """Micro-batch steps per epoch, rounded down to whole optimizer (accumulated) steps."""
+    steps = config.steps_per_epoch or max(1, train_examples // config.micro_batch_size)
+    steps -= steps % config.gradient_accumulation
+    if steps < 1:
+        raise ValueError(
+            f"an epoch of {train_examples} examples cannot form one optimizer step of "
+            f"{config.global_batch_size} examples; lower --micro_batch_size or "
+            "--gradient_accumulation")
+    return steps
+
+
 def train(config: TrainConfig, num_classes: int, train_examples: int,
           extra_callbacks: list | None = None) -> dict:
     """Trains at the training resolution with checkpoints and resume; returns a summary.
@@ -170,13 +182,7 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     `extra_callbacks` run after the checkpoint is written at each epoch's end.
     """
     train_res, _ = resolutions(config)
-    micro_steps = config.steps_per_epoch or max(1, train_examples // config.micro_batch_size)
-    micro_steps -= micro_steps % config.gradient_accumulation  # whole optimizer steps only
-    if micro_steps < 1:
-        raise ValueError(
-            f"an epoch of {train_examples} examples cannot form one optimizer step of "
-            f"{config.global_batch_size} examples; lower --micro_batch_size or "
-            "--gradient_accumulation")
+    micro_steps = steps_per_epoch(config, train_examples)
     manager = CheckpointManager(Path(config.model_dir) / "checkpoints", config.keep_checkpoints)
     latest = manager.latest() if config.resume else None
     state = {}
@@ -255,12 +261,10 @@ def finetune(config: TrainConfig, model_weights: list, num_classes: int,
     model.set_weights(model_weights)
     for layer in model.layers:
         layer.trainable = layer.name in HEAD_LAYERS
-    steps = config.steps_per_epoch or max(1, train_examples // config.micro_batch_size)
-    steps -= steps % config.gradient_accumulation
+    steps = steps_per_epoch(config, train_examples)
     peak = config.finetune_learning_rate or config.peak_learning_rate() / 10
-    tuned = config.replace(label_smoothing=config.label_smoothing, mixup_alpha=0.0,
-                           cutmix_lambda=0.0, lr_schedule="cosine", warmup_epochs=0.0,
-                           ema_decay=0.0)
+    tuned = config.replace(mixup_alpha=0.0, cutmix_lambda=0.0, lr_schedule="cosine",
+                           warmup_epochs=0.0, ema_decay=0.0)
     schedule = lr_schedule(tuned, steps, config.finetune_epochs, peak)
     compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
     throughput = Throughput(config.micro_batch_size * config.replicas,
@@ -323,8 +327,10 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         eval_data = lambda res: build_datasets(  # noqa: E731
             config, res, training=False, split=config.eval_split, repeat=False,
             num_classes=num_classes)
-        evaluation_model = build_model(config, test_res, num_classes)
-        evaluation_model.set_weights(model.get_weights())
+        evaluation_model = model  # evaluate/finetune modes built it at the test resolution
+        if model.input_shape[1] != test_res:
+            evaluation_model = build_model(config, test_res, num_classes)
+            evaluation_model.set_weights(model.get_weights())
         compile_model(evaluation_model, "sgd", config, num_classes)
         before = evaluate(evaluation_model, eval_data(test_res), eval_steps)
         results.update(test_resolution=test_res, weights=weights_from,
