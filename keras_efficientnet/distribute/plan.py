@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-BACKENDS = ("default", "mirrored", "multiworker", "horovod", "ipu")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+from keras_efficientnet.training.config import BACKENDS, PRECISIONS
+
 # Split points may also fall before the head (head conv, pool, classifier).
 EXTRA_SPLIT_POINTS = ("head",)
 
@@ -127,11 +127,15 @@ class ExecutionPlan:
 
     def check_model(self, model) -> None:
         """Checks the splits against `model.block_names`: known names, in forward order."""
-        names = tuple(model.block_names) + EXTRA_SPLIT_POINTS
+        self.check_block_names(model.block_names, model.name)
+
+    def check_block_names(self, block_names, model_name: str) -> None:
+        """Checks the splits against a model's block names: known names, in forward order."""
+        names = tuple(block_names) + EXTRA_SPLIT_POINTS
         for split in self.pipeline_splits:
             if split not in names:
                 raise ValueError(
-                    f"pipeline split {split!r} is not a block of {model.name}; valid split "
+                    f"pipeline split {split!r} is not a block of {model_name}; valid split "
                     f"points: {list(names)} (fix: --pipeline_splits=<names from that list> or "
                     f"--pipeline_splits=auto:{self.num_stages})")
         order = [names.index(s) for s in self.pipeline_splits]
@@ -252,7 +256,13 @@ class Runtime:
     `scope()` is the strategy scope to build the model and optimizer in; `wrap(model)` returns
     the model to train (a `PipelinedModel` when pipelined or accumulating, else the model);
     `train_step(model, optimizer, loss)` a compiled step for the backend; `distribute(x, y)`
-    cuts one global batch into per-replica pieces for that step.
+    cuts one global batch into this process's per-replica pieces for that step.
+
+    The trainer (`training.train_and_evaluate(config, runtime)`) uses the rest: `attach(model)`
+    checks the plan on the built model, `fit(model, data, ...)` trains with Keras' `fit` where
+    it works (one device, mirrored, IPU) and with the project's own loop where it does not
+    (multi-worker, horovod, pipeline stages), and `is_chief` says whether this process writes
+    checkpoints and results.
     """
 
     def __init__(self, plan: ExecutionPlan, strategy=None, *, devices=None):
@@ -286,6 +296,89 @@ class Runtime:
 
         keras.mixed_precision.set_global_policy(self.plan.precision)
 
+    def configure_devices(self) -> list[str]:
+        """On a host without GPUs, splits the CPU into the devices the plan needs.
+
+        Mirrored replicas and pipeline stages each need a device; with no GPU they run on
+        logical CPU devices (which share the cores: a functional run, not a speed-up). Call it
+        first thing in the process, before TensorFlow initialises its devices.
+        """
+        import tensorflow as tf
+
+        wants_devices = self.plan.backend == "mirrored" or (
+            self.plan.backend == "default" and self.plan.pipelined)
+        if not wants_devices or tf.config.list_physical_devices("GPU"):
+            return []
+        from keras_efficientnet.distribute.strategies import configure_logical_cpus
+
+        return configure_logical_cpus(self.plan.devices_needed)
+
+    def start(self) -> None:
+        """Starts the backend now, so that a missing package, an unreachable peer or a device
+        count that does not fit fails before any work (and, for multi-worker, before other
+        TensorFlow ops, as MultiWorkerMirroredStrategy requires)."""
+        if self.plan.backend == "horovod":
+            size = self._horovod().size()
+            if size != self.plan.replicas:
+                raise ValueError(f"--replicas={self.plan.replicas} but horovodrun started "
+                                 f"{size} processes; pass --replicas equal to horovodrun's -np")
+        elif self.plan.backend != "default":
+            self.strategy  # noqa: B018 - builds (and checks) the strategy now
+        elif self.plan.pipelined and self._devices is None:
+            from keras_efficientnet.distribute.pipeline import stage_devices
+
+            self._devices = stage_devices(self.plan.num_stages)  # one device per stage
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this process writes checkpoints, logs and results (worker 0 / rank 0)."""
+        if self.plan.backend == "multiworker":
+            from keras_efficientnet.distribute.strategies import read_tf_config
+
+            task = read_tf_config()["task"]
+            return task.get("type", "worker") == "chief" or (
+                task.get("type", "worker") == "worker" and int(task["index"]) == 0)
+        if self.plan.backend == "horovod":
+            return self._horovod().rank() == 0
+        return True
+
+    @property
+    def one_device(self) -> bool:
+        """Whether the model lives on one device (no strategy), so Keras can evaluate it."""
+        return self.plan.backend == "default"
+
+    @property
+    def owns_loop(self) -> bool:
+        """True where Keras' `fit` cannot run the plan and the project's loop trains instead."""
+        return self.plan.backend in ("multiworker", "horovod") or self.plan.pipelined
+
+    @property
+    def accumulates_in_step(self) -> bool:
+        """True when one step takes all micro-batches of an update (the pipelined step), so the
+        data comes in replica batches and the optimizer does not accumulate itself."""
+        return self.plan.pipelined and self.plan.backend != "ipu"
+
+    def _horovod(self):
+        from keras_efficientnet.distribute.train_loop import import_horovod
+
+        hvd = import_horovod()
+        hvd.init()  # idempotent
+        return hvd
+
+    def attach(self, model) -> None:
+        """Checks the plan on the built model and prepares it: resolves `auto:N` splits and
+        prints each stage's share, and on the IPU
+        assigns pipeline stages and accumulation to the model (before `compile`)."""
+        self.plan = self.plan.resolve(model)
+        if self.plan.pipelined:
+            from keras_efficientnet.distribute.planner import describe_splits
+
+            print(describe_splits(model, self.plan.pipeline_splits).describe(), flush=True)
+        if self.plan.backend == "ipu":
+            from keras_efficientnet.distribute.ipu import apply_plan
+
+            apply_plan(model, self.plan)
+
     def wrap(self, model):
         """The trainable form of `model` under this plan (checks splits, devices, BatchNorm)."""
         self.plan = self.plan.resolve(model)
@@ -307,17 +400,84 @@ class Runtime:
         if isinstance(model, PipelinedModel):
             return model.make_train_step(optimizer, loss)
         if self.plan.backend == "horovod":
-            return train_loop.make_horovod_train_step(model, optimizer, loss)
+            return train_loop.make_horovod_train_step(model, optimizer, loss,
+                                                      hvd=self._horovod())
         return train_loop.make_train_step(model, optimizer, loss,
                                           global_batch_size=self.plan.global_batch_size,
                                           strategy=self.strategy)
 
     def distribute(self, x, y):
+        """This process's share of one global batch, in the form `train_step` takes."""
         from keras_efficientnet.distribute.train_loop import distribute_batch
 
-        if self.plan.backend in ("default", "horovod", "ipu"):
+        if self.plan.backend == "horovod":
+            hvd = self._horovod()
+            size = int(x.shape[0]) // hvd.size()
+            start = hvd.rank() * size
+            return x[start:start + size], y[start:start + size]
+        if self.plan.backend in ("default", "ipu"):
             return x, y
         return distribute_batch(self.strategy, x, y)
+
+    def fit(self, model, data, *, epochs: int, steps_per_epoch: int, initial_epoch: int = 0,
+            callbacks=(), verbose: int = 1):
+        """Trains a compiled `model` on `data` (global batches); returns its History.
+
+        Keras' `fit` where it works; otherwise the project's loop with the same callbacks,
+        `model.optimizer` and `model.loss` (Keras 3 `fit` fails under
+        MultiWorkerMirroredStrategy, keras#20585; horovod's Keras integration assumes tf.keras;
+        pipeline stages need their own step).
+        """
+        if not self.owns_loop:
+            return model.fit(data, epochs=epochs, initial_epoch=initial_epoch,
+                             steps_per_epoch=steps_per_epoch, callbacks=list(callbacks),
+                             shuffle=False, verbose=verbose)
+        from keras_efficientnet.distribute import train_loop
+
+        step = self.train_step(self.wrap(model), model.optimizer, model.loss)
+        if self.plan.backend == "horovod":
+            # Same start everywhere: rank 0's weights and optimizer state (e.g. after resume).
+            train_loop.broadcast_variables([*model.variables, *model.optimizer.variables],
+                                           self._horovod())
+        return train_loop.fit(model, step, data, distribute=self.distribute, epochs=epochs,
+                              steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
+                              device_iterations=self.plan.device_iterations,
+                              callbacks=callbacks, verbose=verbose)
+
+
+def runtime_for(config) -> Runtime:
+    """The runtime of a `training.TrainConfig`'s execution fields (backend, replicas, ...).
+
+    Split names are checked against the preset's blocks here, before any model is built.
+    """
+    from keras_efficientnet.models.efficientnet import SCALING, block_specs
+    from keras_efficientnet.models.presets import preset_config
+
+    execution_plan = plan_from_flags_dict(config.to_dict())
+    scaling = SCALING[preset_config(config.model)["variant"]]
+    names = [spec.name for spec in block_specs(scaling.width, scaling.depth)]
+    execution_plan.check_block_names(names, config.model)
+    return Runtime(execution_plan)
+
+
+def run(config, *, print_plan: bool = True) -> dict:
+    """Trains and evaluates `config` under its execution plan: what the CLI runs.
+
+    Builds and checks the plan (bad input fails here, before any work), splits the CPU into
+    logical devices where the plan needs them and there is no GPU, prints the plan with its
+    global batch, then runs `training.train_and_evaluate(config, runtime)`.
+    """
+    from keras_efficientnet.training.trainer import train_and_evaluate
+
+    runtime = runtime_for(config)
+    devices = runtime.configure_devices()
+    runtime.start()
+    if print_plan:
+        print(runtime.describe(), flush=True)
+        if devices:
+            print(f"  (no GPU: {len(devices)} logical CPU devices share this host's cores)",
+                  flush=True)
+    return train_and_evaluate(config, runtime=runtime)
 
 
 def plan(backend: str = "default", *, replicas: int = 1, pipeline_splits=(),

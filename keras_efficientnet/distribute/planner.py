@@ -109,14 +109,32 @@ def plan_splits(model: keras.Model, num_stages: int, *, activation_weight: float
     for k in range(num_stages, 0, -1):
         bounds.append(cut[k][j])
         j = cut[k][j]
-    starts = sorted(bounds)  # starts[0] == 0
-    ends = starts[1:] + [n]
-    split = Split(
-        splits=tuple(costs[s].name for s in starts[1:]),
-        stages=tuple(tuple(c.name for c in costs[s:e]) for s, e in zip(starts, ends)),
-        mac_shares=tuple((prefix_m[e] - prefix_m[s]) / total_macs for s, e in zip(starts, ends)),
-        activation_shares=tuple((prefix_a[e] - prefix_a[s]) / total_acts
-                                for s, e in zip(starts, ends)))
+    split = _split_of(costs, sorted(bounds)[1:])  # the first bound is always unit 0
     if verbose:
         print(split.describe())
     return split
+
+
+def _split_of(costs: list[UnitCost], starts: list[int]) -> Split:
+    """The `Split` whose stages 1, 2, ... start at the units indexed by `starts`."""
+    total_macs = sum(c.macs for c in costs) or 1
+    total_acts = sum(c.activations for c in costs) or 1
+    bounds = [0, *starts, len(costs)]
+    spans = list(zip(bounds[:-1], bounds[1:]))
+    return Split(
+        splits=tuple(costs[s].name for s in starts),
+        stages=tuple(tuple(c.name for c in costs[s:e]) for s, e in spans),
+        mac_shares=tuple(sum(c.macs for c in costs[s:e]) / total_macs for s, e in spans),
+        activation_shares=tuple(sum(c.activations for c in costs[s:e]) / total_acts
+                                for s, e in spans))
+
+
+def describe_splits(model: keras.Model, splits: tuple[str, ...]) -> Split:
+    """Each stage's share of MACs and activations for given split points (e.g. from flags)."""
+    costs = unit_costs(model)
+    names = [c.name for c in costs]
+    unknown = [s for s in splits if s not in names]
+    if unknown:
+        raise ValueError(f"pipeline split(s) {unknown} are not units of {model.name}; valid: "
+                         f"{names}")
+    return _split_of(costs, sorted(names.index(s) for s in splits))

@@ -17,13 +17,15 @@ def configure_logical_cpus(count: int) -> list[str]:
     """Splits the host CPU into `count` logical devices (tests and CPU benchmarks).
 
     Must run before TensorFlow initialises its devices (before any op or `list_logical_devices`),
-    which is why multi-device tests start a fresh process.
+    which is why multi-device tests start a fresh process. Returns all logical CPU devices (at
+    least `count`: an earlier split into more devices is kept).
     """
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive int, received {count!r}")
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
-    if not current or len(current) != count:
+    # Already split into at least `count` devices (e.g. by a test process): use those.
+    if not current or len(current) < count:
         try:
             tf.config.set_logical_device_configuration(
                 cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
@@ -132,6 +134,18 @@ def build_multiworker_strategy(*, timeout: float = 60.0, environ=None):
     return result["strategy"]
 
 
+# One MirroredStrategy per device set and process: two strategies over the same devices number
+# their all-reduces from the same collective keys, and their ops then meet in one collective
+# ("Shape mismatch in the collective instance ..."), e.g. a notebook that plans twice.
+_MIRRORED: dict[tuple[str, ...], tf.distribute.MirroredStrategy] = {}
+
+
+def _mirrored(devices: tuple[str, ...]) -> tf.distribute.MirroredStrategy:
+    if devices not in _MIRRORED:
+        _MIRRORED[devices] = tf.distribute.MirroredStrategy(list(devices))
+    return _MIRRORED[devices]
+
+
 def build_strategy(plan: ExecutionPlan, *, timeout: float = 60.0):
     """The tf.distribute strategy for `plan`; checks the device count before training."""
     if plan.backend in ("default", "horovod"):
@@ -155,7 +169,7 @@ def build_strategy(plan: ExecutionPlan, *, timeout: float = 60.0):
             devices = [d.name for d in tf.config.list_logical_devices("CPU")]
             plan.check_devices(len(devices), "logical CPU device")
             devices = devices[:plan.replicas]
-        return tf.distribute.MirroredStrategy(devices)
+        return _mirrored(tuple(devices))
     strategy = build_multiworker_strategy(timeout=timeout)
     if strategy.num_replicas_in_sync != plan.replicas:
         raise ValueError(

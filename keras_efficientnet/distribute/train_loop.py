@@ -113,6 +113,51 @@ def make_horovod_train_step(model: keras.Model, optimizer: keras.optimizers.Opti
     return tf.function(step, jit_compile=False)
 
 
+def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
+        initial_epoch: int = 0, device_iterations: int = 1, distribute=None, callbacks=(),
+        verbose: int = 1) -> keras.callbacks.History:
+    """The project's training loop: `step(x, y) -> loss` over `data`, with Keras callbacks.
+
+    What `model.fit` does, for steps it cannot run (multi-worker, horovod, pipeline stages):
+    epochs of `steps_per_epoch` steps from one iterator over `data` (global batches, each cut by
+    `distribute(x, y)`), `device_iterations` steps per host call, and the callbacks' hooks in
+    Keras' order with `logs["loss"]` the epoch's running mean loss. `model.stop_training` stops
+    it. Returns the History callback, as `fit` does.
+    """
+    if not isinstance(device_iterations, int) or device_iterations < 1:
+        raise ValueError(f"device_iterations must be a positive int, received "
+                         f"{device_iterations!r}")
+    distribute = distribute or (lambda x, y: (x, y))
+    callbacks = keras.callbacks.CallbackList(
+        list(callbacks), add_history=True, add_progbar=verbose != 0, model=model,
+        verbose=verbose, epochs=epochs, steps=steps_per_epoch)
+
+    @tf.function(jit_compile=False)
+    def several(group):
+        return tf.stack([step(x, y) for x, y in group])
+
+    iterator = iter(data)
+    model.stop_training = False
+    callbacks.on_train_begin()
+    logs: dict = {}
+    for epoch in range(initial_epoch, epochs):
+        callbacks.on_epoch_begin(epoch)
+        total, done = 0.0, 0
+        while done < steps_per_epoch and not model.stop_training:
+            count = min(device_iterations, steps_per_epoch - done)
+            callbacks.on_train_batch_begin(done)
+            group = [distribute(*next(iterator)) for _ in range(count)]
+            total += float(tf.reduce_sum(several(group)))
+            done += count
+            logs = {"loss": total / done}
+            callbacks.on_train_batch_end(done - 1, dict(logs))
+        callbacks.on_epoch_end(epoch, dict(logs))
+        if model.stop_training:
+            break
+    callbacks.on_train_end(dict(logs))
+    return model.history
+
+
 def run_steps(step, batches, *, device_iterations: int = 1) -> list[float]:
     """Runs `step(x, y)` over (x, y) batches, `device_iterations` steps per host round trip.
 

@@ -111,13 +111,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
     """After each epoch: update the weight average, then write a checkpoint atomically.
 
     Args:
-        manager: the checkpoint manager.
+        manager: the checkpoint manager; None keeps the average and history but writes nothing
+            (the other workers of a multi-process run).
         average: a `WeightAverage`, or None.
         state: extra JSON-serialisable state stored in each checkpoint (e.g. the config).
         steps_per_epoch: to record the global step.
     """
 
-    def __init__(self, manager: CheckpointManager, average: WeightAverage | None,
+    def __init__(self, manager: CheckpointManager | None, average: WeightAverage | None,
                  state: dict, steps_per_epoch: int):
         super().__init__()
         self.manager = manager
@@ -130,6 +131,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         if self.average is not None:
             self.average.update(self.model)
         self.history.append({k: float(v) for k, v in (logs or {}).items()})
+        if self.manager is None:
+            return
         state = {**self.state, "global_step": (epoch + 1) * self.steps_per_epoch,
                  "history": self.history}
         self.manager.save(epoch + 1, self.model, self.model.optimizer, state,

@@ -10,6 +10,8 @@ MODES = ("train", "evaluate", "finetune", "train_and_finetune")
 OPTIMIZERS = ("rmsprop", "lars", "sgd")
 DECAYS = ("exponential", "cosine", "polynomial", "constant")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# Execution backends (keras_efficientnet.distribute builds and checks the plan from these fields).
+BACKENDS = ("default", "mirrored", "multiworker", "horovod", "ipu")
 
 
 def _f(default, help: str, choices=None):
@@ -56,11 +58,16 @@ class TrainConfig:
     train_resolution: int = _f(0, "Training resolution; 0 = the variant's native one.")
     test_resolution: int = _f(0, "Evaluation and fine-tune resolution; 0 = native.")
 
-    # Batch and execution.
+    # Batch and execution plan (see keras_efficientnet.distribute).
+    backend: str = _f("default", "Where the step runs: one device, mirrored (local GPUs, or "
+                                 "logical CPUs when there is none), multiworker (TF_CONFIG), "
+                                 "horovod (horovodrun) or ipu.", BACKENDS)
     micro_batch_size: int = _f(32, "Examples per replica per forward pass.")
     gradient_accumulation: int = _f(1, "Micro-batches accumulated per optimizer step.")
     replicas: int = _f(1, "Data-parallel replicas (global batch = micro x accum x replicas).")
-    steps_per_execution: int = _f(1, "Steps per host call (device iterations).")
+    pipeline_splits: str = _f("", "Blocks that start pipeline stages 1, 2, ... (e.g. block4a), "
+                                  "or auto:N for the planner's N stages; empty = no pipeline.")
+    device_iterations: int = _f(1, "Training steps per host call (Keras steps_per_execution).")
     precision: str = _f("float32", "Compute precision.", PRECISIONS)
 
     # Optimisation.
@@ -141,7 +148,7 @@ def validate(config: TrainConfig) -> None:
     if config.model not in PRESETS:
         raise ValueError(f"--model={config.model!r} is not a known preset; valid: "
                          f"{sorted(PRESETS)}")
-    positive = ("micro_batch_size", "gradient_accumulation", "replicas", "steps_per_execution",
+    positive = ("micro_batch_size", "gradient_accumulation", "replicas", "device_iterations",
                 "keep_checkpoints")
     for name in positive:
         if getattr(config, name) < 1:

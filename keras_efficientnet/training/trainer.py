@@ -27,6 +27,54 @@ log = logging.getLogger("keras_efficientnet")
 HEAD_LAYERS = ("head_conv", "head_norm", "head_act", "predictions")
 
 
+class OneDevice:
+    """The runtime of the default plan: one device, Keras' `fit`.
+
+    `keras_efficientnet.distribute.Runtime` has the same members for the other plans (replicas,
+    pipeline stages, multi-worker, horovod, IPU); `distribute.run(config)` builds it from the
+    config and passes it to `train_and_evaluate`.
+    """
+
+    is_chief = True
+    one_device = True
+    owns_loop = False
+    accumulates_in_step = False
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def attach(self, model: keras.Model) -> None:
+        pass
+
+    def fit(self, model, data, *, epochs, steps_per_epoch, initial_epoch=0, callbacks=(),
+            verbose=1):
+        return model.fit(data, epochs=epochs, initial_epoch=initial_epoch,
+                         steps_per_epoch=steps_per_epoch, callbacks=list(callbacks),
+                         shuffle=False, verbose=verbose)
+
+
+def _check_runtime(config: TrainConfig, runtime) -> object:
+    if runtime is not None:
+        return runtime
+    if config.backend != "default" or config.replicas > 1 or config.pipeline_splits:
+        raise ValueError(
+            f"--backend={config.backend} --replicas={config.replicas} "
+            f"--pipeline_splits={config.pipeline_splits!r} need an execution runtime: run "
+            "`python -m keras_efficientnet.train`, or call "
+            "keras_efficientnet.distribute.run(config) instead of train_and_evaluate(config)")
+    return OneDevice()
+
+
+def host_batch_size(config: TrainConfig, runtime) -> int:
+    """Examples per batch the host pipeline yields: one step's global batch.
+
+    Micro-batch x replicas; x accumulation too when one step takes all micro-batches of an
+    update (pipeline stages), where otherwise the optimizer accumulates over steps.
+    """
+    batch = config.micro_batch_size * config.replicas
+    return batch * config.gradient_accumulation if runtime.accumulates_in_step else batch
+
+
 def resolutions(config: TrainConfig) -> tuple[int, int]:
     """(train, test) resolutions, 0 meaning the variant's native resolution."""
     native = SCALING[preset_config(config.model)["variant"]].resolution
@@ -103,18 +151,21 @@ def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classe
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="top1"),
                    keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5")]
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=False,
-                  steps_per_execution=config.steps_per_execution)
+                  steps_per_execution=config.device_iterations)
 
 
 def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
-                   repeat: bool, num_classes: int | None = None, augment: bool | None = None):
-    """The host pipeline for one phase; `augment=False` gives eval preprocessing, shuffled."""
+                   repeat: bool, num_classes: int | None = None, augment: bool | None = None,
+                   batch_size: int | None = None):
+    """The host pipeline for one phase; `augment=False` gives eval preprocessing, shuffled.
+
+    `batch_size` defaults to micro-batch x replicas (one step's global batch)."""
     from keras_efficientnet import datasets
 
     augment = training if augment is None else augment
     return datasets.make_dataset(
         config.dataset, split, image_size=resolution,
-        batch_size=config.micro_batch_size * config.replicas, training=training,
+        batch_size=batch_size or config.micro_batch_size * config.replicas, training=training,
         augment=augment, data_dir=config.data_dir or None, num_classes=num_classes,
         mixup_alpha=config.mixup_alpha if augment else 0.0,
         cutmix_lambda=(config.cutmix_lambda or None) if augment else None,
@@ -164,8 +215,12 @@ def evaluate(model: keras.Model, dataset, steps: int | None, verbose: int = 0) -
 
 
 def steps_per_epoch(config: TrainConfig, train_examples: int) -> int:
-    """Micro-batch steps per epoch, rounded down to whole optimizer (accumulated) steps."""
-    steps = config.steps_per_epoch or max(1, train_examples // config.micro_batch_size)
+    """Micro-batch steps per epoch, rounded down to whole optimizer (accumulated) steps.
+
+    A step takes micro-batch x replicas examples; --steps_per_epoch overrides the count.
+    """
+    per_step = config.micro_batch_size * config.replicas
+    steps = config.steps_per_epoch or max(1, train_examples // per_step)
     steps -= steps % config.gradient_accumulation
     if steps < 1:
         raise ValueError(
@@ -175,53 +230,72 @@ def steps_per_epoch(config: TrainConfig, train_examples: int) -> int:
     return steps
 
 
+def data_steps_per_epoch(config: TrainConfig, train_examples: int, runtime) -> int:
+    """Host batches per epoch: micro-batch steps, or optimizer updates when one step takes
+    all micro-batches of an update (the unit of the learning-rate schedule too)."""
+    steps = steps_per_epoch(config, train_examples)
+    return steps // config.gradient_accumulation if runtime.accumulates_in_step else steps
+
+
+def _optimizer_config(config: TrainConfig, runtime) -> TrainConfig:
+    # A pipelined step accumulates its micro-batches itself: the optimizer must not again.
+    return config.replace(gradient_accumulation=1) if runtime.accumulates_in_step else config
+
+
 def train(config: TrainConfig, num_classes: int, train_examples: int,
-          extra_callbacks: list | None = None) -> dict:
+          extra_callbacks: list | None = None, runtime=None) -> dict:
     """Trains at the training resolution with checkpoints and resume; returns a summary.
 
-    `extra_callbacks` run after the checkpoint is written at each epoch's end.
+    `extra_callbacks` run after the checkpoint is written at each epoch's end. `runtime`
+    (default: one device) places the model and runs the steps; only its chief process writes
+    checkpoints and TensorBoard logs.
     """
+    runtime = _check_runtime(config, runtime)
     train_res, _ = resolutions(config)
-    micro_steps = steps_per_epoch(config, train_examples)
+    steps = data_steps_per_epoch(config, train_examples, runtime)
     manager = CheckpointManager(Path(config.model_dir) / "checkpoints", config.keep_checkpoints)
     latest = manager.latest() if config.resume else None
     state = {}
     if latest is not None:
         _check_architecture(CheckpointManager.read_state(latest)["config"], config, latest)
     keras.utils.set_random_seed(config.seed)
-    model = build_model(config, train_res, num_classes)
-    schedule = lr_schedule(config, micro_steps, config.epochs, config.peak_learning_rate())
-    compile_model(model, build_optimizer(config, schedule), config, num_classes)
-    if latest is not None:
-        model.optimizer.build(model.trainable_variables)
-        state = CheckpointManager.restore(latest, model, model.optimizer)
-        log.info("resumed from %s (epoch %d)", latest, state["epoch"])
+    with runtime.scope():
+        model = build_model(config, train_res, num_classes)
+        runtime.attach(model)
+        schedule = lr_schedule(config, steps, config.epochs, config.peak_learning_rate())
+        optimizer = build_optimizer(_optimizer_config(config, runtime), schedule)
+        compile_model(model, optimizer, config, num_classes)
+        if latest is not None:
+            model.optimizer.build(model.trainable_variables)
+            state = CheckpointManager.restore(latest, model, model.optimizer)
+            log.info("resumed from %s (epoch %d)", latest, state["epoch"])
     initial_epoch = state.get("epoch", 0)
     average = (WeightAverage(config.weight_average_decay, state.get("average"))
                if config.weight_average_decay > 0 else None)
-    throughput = Throughput(config.micro_batch_size * config.replicas,
-                            config.steps_per_execution)
-    checkpointer = EpochCheckpoint(manager, average, {"config": config.to_dict()}, micro_steps)
+    batch = host_batch_size(config, runtime)
+    throughput = Throughput(batch, config.device_iterations)
+    # Other workers keep the weight average and history but write nothing.
+    checkpointer = EpochCheckpoint(manager if runtime.is_chief else None, average,
+                                   {"config": config.to_dict()}, steps)
     checkpointer.history = list(state.get("history", []))
     callbacks = [throughput,
-                 NonFiniteLossGuard(micro_steps, initial_epoch, config.steps_per_execution,
-                                    manager),
-                 checkpointer,
-                 keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
-                                             update_freq="epoch"),
-                 *(extra_callbacks or [])]
+                 NonFiniteLossGuard(steps, initial_epoch, config.device_iterations, manager),
+                 checkpointer]
+    if runtime.is_chief:
+        callbacks.append(keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
+                                                     update_freq="epoch"))
+    callbacks += extra_callbacks or []
     if initial_epoch < config.epochs:
         # The data position is restored by skipping the batches already seen: the pipeline
         # is seeded, so the resumed run sees exactly what the uninterrupted one would.
         data = build_datasets(config, train_res, training=True, split=config.train_split,
-                              repeat=True, num_classes=num_classes)
-        data = data.skip(initial_epoch * micro_steps)
-        model.fit(data, epochs=config.epochs, initial_epoch=initial_epoch,
-                  steps_per_epoch=micro_steps, callbacks=callbacks, shuffle=False,
-                  verbose=config.verbose)
+                              repeat=True, num_classes=num_classes, batch_size=batch)
+        data = data.skip(initial_epoch * steps)
+        runtime.fit(model, data, epochs=config.epochs, initial_epoch=initial_epoch,
+                    steps_per_epoch=steps, callbacks=callbacks, verbose=config.verbose)
     return {"model": model, "average": average, "history": checkpointer.history,
             "images_per_second": throughput.images_per_second,
-            "resolution": train_res, "steps_per_epoch": micro_steps,
+            "resolution": train_res, "steps_per_epoch": steps,
             "checkpoint": manager.latest()}
 
 
@@ -252,28 +326,33 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
 
 
 def finetune(config: TrainConfig, model_weights: list, num_classes: int,
-             train_examples: int) -> tuple[keras.Model, dict]:
+             train_examples: int, runtime=None) -> tuple[keras.Model, dict]:
     """Trains only the head block at the test resolution, on training images with eval
-    preprocessing (Masters et al. 2021, section 5), from `model_weights`."""
+    preprocessing (Masters et al. 2021, section 5), from `model_weights`, under `runtime`."""
+    runtime = _check_runtime(config, runtime)
     _, test_res = resolutions(config)
     keras.utils.set_random_seed(config.seed + 1)
-    model = build_model(config, test_res, num_classes)
-    model.set_weights(model_weights)
-    for layer in model.layers:
-        layer.trainable = layer.name in HEAD_LAYERS
-    steps = steps_per_epoch(config, train_examples)
+    steps = data_steps_per_epoch(config, train_examples, runtime)
     peak = config.finetune_learning_rate or config.peak_learning_rate() / 10
     tuned = config.replace(mixup_alpha=0.0, cutmix_lambda=0.0, lr_schedule="cosine",
                            warmup_epochs=0.0, ema_decay=0.0)
-    schedule = lr_schedule(tuned, steps, config.finetune_epochs, peak)
-    compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
-    throughput = Throughput(config.micro_batch_size * config.replicas,
-                            config.steps_per_execution)
+    with runtime.scope():
+        model = build_model(config, test_res, num_classes)
+        model.set_weights(model_weights)
+        for layer in model.layers:
+            layer.trainable = layer.name in HEAD_LAYERS
+        runtime.attach(model)
+        schedule = lr_schedule(tuned, steps, config.finetune_epochs, peak)
+        compile_model(model, build_optimizer(_optimizer_config(tuned, runtime), schedule),
+                      tuned, num_classes)
+    batch = host_batch_size(config, runtime)
+    throughput = Throughput(batch, config.device_iterations)
     data = build_datasets(tuned, test_res, training=True, augment=False,
-                          split=config.train_split, repeat=True, num_classes=num_classes)
-    history = model.fit(data, epochs=config.finetune_epochs, steps_per_epoch=steps,
-                        shuffle=False, callbacks=[throughput, NonFiniteLossGuard(steps)],
-                        verbose=config.verbose)
+                          split=config.train_split, repeat=True, num_classes=num_classes,
+                          batch_size=batch)
+    history = runtime.fit(model, data, epochs=config.finetune_epochs, steps_per_epoch=steps,
+                          callbacks=[throughput, NonFiniteLossGuard(steps)],
+                          verbose=config.verbose)
     return model, {"history": history.history, "images_per_second":
                    throughput.images_per_second, "resolution": test_res}
 
@@ -292,14 +371,15 @@ def _summary_table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
-def train_and_evaluate(config: TrainConfig) -> dict:
-    """Runs `config.mode` and writes `<model_dir>/results.json`; returns the results."""
+def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
+    """Runs `config.mode` and writes `<model_dir>/results.json`; returns the results.
+
+    `runtime` places training and fine-tuning (default: one device; see
+    `keras_efficientnet.distribute.run`, which builds it from the config). Evaluation runs on
+    one device in every process; only the chief process writes results and weights.
+    """
     started = time.perf_counter()
-    if config.replicas > 1:
-        raise ValueError(
-            f"--replicas={config.replicas} needs a distribution backend, which this trainer "
-            "does not drive yet; use --replicas=1 (with --gradient_accumulation to form the "
-            "same global batch)")
+    runtime = _check_runtime(config, runtime)
     train_examples, eval_examples, num_classes = dataset_facts(config)
     train_res, test_res = resolutions(config)
     # Counting the batches keeps Keras from warning that a finite dataset "ran out of data".
@@ -312,7 +392,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     with precision_policy(config.precision):
         model, weights_from = None, ""
         if config.mode in ("train", "train_and_finetune"):
-            trained = train(config, num_classes, train_examples)
+            trained = train(config, num_classes, train_examples, runtime=runtime)
             model = trained["model"]
             results.update(epochs=config.epochs, train_resolution=train_res,
                            images_per_second=trained["images_per_second"],
@@ -328,7 +408,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
             config, res, training=False, split=config.eval_split, repeat=False,
             num_classes=num_classes)
         evaluation_model = model  # evaluate/finetune modes built it at the test resolution
-        if model.input_shape[1] != test_res:
+        # A model built under a strategy is evaluated through a one-device copy (Keras'
+        # evaluate is not made for multi-worker strategies; every process gets the same result).
+        if model.input_shape[1] != test_res or not runtime.one_device:
             evaluation_model = build_model(config, test_res, num_classes)
             evaluation_model.set_weights(model.get_weights())
         compile_model(evaluation_model, "sgd", config, num_classes)
@@ -337,14 +419,24 @@ def train_and_evaluate(config: TrainConfig) -> dict:
                        **{f"{k}_before_finetune" if config.mode.endswith("finetune") else k: v
                           for k, v in before.items()})
         if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
-            tuned, info = finetune(config, model.get_weights(), num_classes, train_examples)
+            tuned, info = finetune(config, model.get_weights(), num_classes, train_examples,
+                                   runtime=runtime)
+            if not runtime.one_device:
+                copy = build_model(config, test_res, num_classes)
+                copy.set_weights(tuned.get_weights())
+                compile_model(copy, "sgd", config, num_classes)
+                tuned = copy
             after = evaluate(tuned, eval_data(test_res), eval_steps)
             results.update(finetune_epochs=config.finetune_epochs,
                            finetune_images_per_second=info["images_per_second"], **after)
-            tuned.save_weights(Path(config.model_dir) / "finetuned.weights.h5")
+            if runtime.is_chief:
+                tuned.save_weights(Path(config.model_dir) / "finetuned.weights.h5")
         elif config.mode.endswith("finetune"):
             results.update(before)
     results["wall_seconds"] = time.perf_counter() - started
+    if not runtime.is_chief:
+        print(f"top-1 {results['top1']:.4f}; the chief process writes the results", flush=True)
+        return results
     path = _write_results(config, results)
     rows = [("mode", config.mode), ("model", config.model), ("dataset", config.dataset),
             ("global batch", str(config.global_batch_size))]

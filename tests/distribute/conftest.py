@@ -45,8 +45,9 @@ class Processes:
         for index in range(2):
             tf_config = json.dumps({"cluster": cluster,
                                     "task": {"type": "worker", "index": index}})
-            start(f"worker{index}", [str(HERE / "multiworker_script.py"), "worker",
-                                     str(tmp / f"worker{index}.npz")], {"TF_CONFIG": tf_config})
+            start(f"worker{index}", [str(HERE / "multiworker_script.py"),
+                                     str(tmp / f"worker{index}.npz"),
+                                     str(tmp / f"worker{index}_run")], {"TF_CONFIG": tf_config})
         # The multi-device process also writes the single-process reference (one less start).
         start("multidevice", [str(HERE / "multidevice_script.py"), str(tmp / "single.npz")])
 

@@ -8,6 +8,7 @@ Device configuration must precede TensorFlow's initialisation, hence a separate 
 import json
 import os
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -123,11 +124,28 @@ loss, grads = sgd_step(
     model, x, y)
 out["mirrored"] = {"replicas": runtime.strategy.num_replicas_in_sync, "loss": loss,
                    "grad_diff": max_diff(grads, ref)}
+# The trainer under each plan against Keras' `fit` on one device, same global batch of 16:
+# mirrored 2 x 8 (Keras fit under MirroredStrategy), and 2 pipeline stages x 2 micro-batches of
+# 8 (the project's loop). The one-device run is also the multi-worker test's reference.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trainer_runs  # noqa: E402
+
+with tempfile.TemporaryDirectory() as tmp:
+    reference = trainer_runs.train_run(f"{tmp}/one", one_device=True)
+    runs = {
+        "mirrored": trainer_runs.train_run(f"{tmp}/mirrored", backend="mirrored", replicas=2,
+                                           micro_batch_size=8),
+        # --steps_per_epoch counts micro-batches: 4 of 8 = 2 optimizer steps of 16.
+        "pipelined": trainer_runs.train_run(f"{tmp}/pipelined", pipeline_splits="block3a",
+                                            micro_batch_size=8, gradient_accumulation=2,
+                                            steps_per_epoch=4, device_iterations=2),
+    }
+out["trainer"] = {"reference_losses": reference["losses"]}
+for name, run in runs.items():
+    out["trainer"][name] = {
+        "losses": run["losses"],
+        "weight_diff": trainer_runs.max_relative_diff(run["weights"], reference["weights"]),
+        "moved": trainer_runs.max_relative_diff(run["initial"], reference["weights"])}
 print("RESULT " + json.dumps(out))
-
-# The multi-worker test's single-process reference, run here to save starting TensorFlow again.
 if len(sys.argv) > 1:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import multiworker_script  # noqa: E402
-
-    multiworker_script.single(sys.argv[1])
+    trainer_runs.save(sys.argv[1], reference)

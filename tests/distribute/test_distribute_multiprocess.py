@@ -48,18 +48,36 @@ def test_mirrored_on_two_logical_cpus_equals_single_device(multidevice):
     assert result["loss"] == pytest.approx(multidevice["reference_loss"], rel=1e-5)
 
 
+@pytest.mark.parametrize("name", ["mirrored", "pipelined"])
+def test_trainer_under_a_plan_equals_keras_fit_on_one_device(multidevice, name):
+    # Through trainer.train: mirrored runs Keras fit under MirroredStrategy, pipelined the
+    # project's loop with device iterations; the reference is Keras fit on one device.
+    result = multidevice["trainer"][name]
+    assert result["moved"] > 1e-3  # the two SGD steps changed the weights measurably...
+    assert result["weight_diff"] <= 1e-4  # ...and identically to the reference
+    np.testing.assert_allclose(result["losses"], multidevice["trainer"]["reference_losses"],
+                               rtol=1e-5)
+
+
 def test_two_workers_match_each_other_and_single_process(processes):
     for name in ("worker0", "worker1", "multidevice"):
         processes.wait(name)
     loaded = {name: np.load(processes.tmp / f"{name}.npz")
               for name in ("worker0", "worker1", "single")}
-    keys = [k for k in loaded["single"].files if k != "losses"]
+    keys = [k for k in loaded["single"].files if k.startswith("w")]
     assert len(keys) > 50
+    moved = max(np.max(np.abs(loaded["single"][k] - loaded["single"][k.replace("w", "init")]))
+                for k in keys)
+    assert moved > 1e-3  # training changed the weights, so equality below means something
     for key in keys:
         # The all-reduce gives both workers the same update: bit-identical weights.
         np.testing.assert_array_equal(loaded["worker0"][key], loaded["worker1"][key])
-        # Against one process on the same global batch: equal up to float32 summation order.
+        # Against Keras fit in one process on the same global batch: equal up to float32
+        # summation order.
         np.testing.assert_allclose(loaded["worker0"][key], loaded["single"][key],
                                    rtol=1e-4, atol=5e-5)
     np.testing.assert_allclose(loaded["worker0"]["losses"], loaded["single"]["losses"],
                                rtol=1e-4)
+    # Only the chief (worker 0) writes checkpoints.
+    assert loaded["worker0"]["has_checkpoint"] and not loaded["worker1"]["has_checkpoint"]
+    assert not (processes.tmp / "worker1_run").exists()
