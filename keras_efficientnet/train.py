@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from absl import app, flags
@@ -19,11 +20,14 @@ def main(argv: list[str]) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from keras_efficientnet.training.trainer import train_and_evaluate
+    # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    from keras_efficientnet.distribute import run
 
     try:
-        train_and_evaluate(config)
-    except ValueError as error:  # bad input found before training: one clear line
+        run(config)  # prints the execution plan and its global batch, then trains
+    except (ValueError, ImportError, ConnectionError) as error:
+        # Bad input, a missing backend package or an unreachable peer: one clear line.
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -8,9 +8,15 @@ from absl import flags
 
 from keras_efficientnet.training.config import TrainConfig
 
+# Not a config field: it derives --gradient_accumulation (the config keeps the explicit factors).
+GLOBAL_BATCH_HELP = ("Examples per optimizer update; > 0 derives --gradient_accumulation = "
+                     "global / (micro_batch_size x replicas). 0 = micro x accumulation x "
+                     "replicas.")
+
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Defines `--<field>` for every TrainConfig field, with its default and help text."""
+    """Defines `--<field>` for every TrainConfig field, with its default and help text, and
+    `--global_batch_size`."""
     for f in dataclasses.fields(TrainConfig):
         if f.name in flag_values:
             continue
@@ -27,9 +33,27 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
             flags.DEFINE_float(f.name, f.default, help_text, flag_values=flag_values)
         else:
             flags.DEFINE_string(f.name, f.default, help_text, flag_values=flag_values)
+    if "global_batch_size" not in flag_values:
+        flags.DEFINE_integer("global_batch_size", 0, GLOBAL_BATCH_HELP, lower_bound=0,
+                             flag_values=flag_values)
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
     """The frozen config of the parsed flags (validated: bad values raise ValueError)."""
-    return TrainConfig(**{f.name: flag_values[f.name].value
-                          for f in dataclasses.fields(TrainConfig)})
+    values = {f.name: flag_values[f.name].value for f in dataclasses.fields(TrainConfig)}
+    global_batch = flag_values["global_batch_size"].value if (
+        "global_batch_size" in flag_values) else 0
+    if global_batch:
+        from keras_efficientnet.distribute.plan import accumulation_for
+
+        accumulation = accumulation_for(global_batch, values["micro_batch_size"],
+                                        values["replicas"])
+        given = flag_values["gradient_accumulation"]
+        if given.present and given.value != accumulation:
+            raise ValueError(
+                f"--global_batch_size={global_batch} needs --gradient_accumulation="
+                f"{accumulation} with --micro_batch_size={values['micro_batch_size']} x "
+                f"--replicas={values['replicas']}, but --gradient_accumulation={given.value}; "
+                "give one of the two")
+        values["gradient_accumulation"] = accumulation
+    return TrainConfig(**values)

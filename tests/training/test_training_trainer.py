@@ -153,10 +153,13 @@ def test_finetune_trains_only_the_head_block(tmp_path):
 
 
 def test_cli_writes_results_json(tmp_path):
+    # Through the execution plan: 2 mirrored replicas on logical CPUs (the CLI splits the CPU
+    # when there is no GPU), global batch 16 as in the flagfile.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         [sys.executable, "-m", "keras_efficientnet.train", "--flagfile=flags/smoke.flags",
-         f"--model_dir={tmp_path}", "--dataset=synthetic"],
+         f"--model_dir={tmp_path}", "--dataset=synthetic", "--backend=mirrored",
+         "--replicas=2", "--micro_batch_size=8"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
@@ -169,6 +172,10 @@ def test_cli_writes_results_json(tmp_path):
     assert results["config"]["optimizer"] == "lars"
     assert math.isfinite(results["images_per_second"])
     assert "top-1" in result.stdout and (tmp_path / "finetuned.weights.h5").is_file()
+    plan = result.stdout[:result.stdout.index("global batch")]
+    assert "backend               mirrored" in plan and "replicas              2" in plan
+    assert "global batch          16 = 8 x 1 x 2" in result.stdout
+    assert "2 logical CPU devices" in result.stdout
 
 
 def test_cli_rejects_unknown_values_before_any_work(tmp_path):
