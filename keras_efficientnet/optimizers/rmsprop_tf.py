@@ -11,7 +11,7 @@ from keras_efficientnet.optimizers import weight_decay as wd_lib
 
 
 @keras.saving.register_keras_serializable(package="keras_efficientnet")
-class RMSPropTF(keras.optimizers.Optimizer):
+class RMSPropTF(wd_lib.L2DecayOptimizer):
     """RMSProp with momentum in the TensorFlow 1 form used by the EfficientNet recipes.
 
     For each variable `w` with gradient `g` (after L2: `g + weight_decay_l2 * w`):
@@ -67,20 +67,14 @@ class RMSPropTF(keras.optimizers.Optimizer):
         weight_decay_exclude: Sequence[str] = wd_lib.DEFAULT_WEIGHT_DECAY_EXCLUDE,
         **kwargs,
     ):
-        wd_lib.reject_keras_weight_decay(kwargs, type(self).__name__)
-        super().__init__(learning_rate=learning_rate, **kwargs)
+        super().__init__(learning_rate, momentum, weight_decay_l2, weight_decay_exclude,
+                         **kwargs)
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"`rho` must be in [0, 1]. Received: rho={rho}")
-        wd_lib.check_momentum_and_decay(momentum, weight_decay_l2)
         if epsilon < 0.0:
             raise ValueError(f"`epsilon` must be >= 0. Received: epsilon={epsilon}")
         self.rho = rho
-        self.momentum = momentum
         self.epsilon = epsilon
-        self.weight_decay_l2 = weight_decay_l2
-        self.weight_decay_exclude = wd_lib.validate_patterns(
-            weight_decay_exclude, "weight_decay_exclude"
-        )
 
     def build(self, var_list):
         if self.built:
@@ -89,15 +83,11 @@ class RMSPropTF(keras.optimizers.Optimizer):
         # Initialised to 1, not 0: TF1's RMSProp starts from ms = 1 (see class docstring).
         self._mean_squares = self.add_optimizer_variables(var_list, "mean_square", "ones")
         self._momentums = self.add_optimizer_variables(var_list, "momentum")
-        self._decay_excluded = wd_lib.excluded_mask(var_list, self.weight_decay_exclude)
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         lr = ops.cast(learning_rate, variable.dtype)
-        gradient = ops.cast(gradient, variable.dtype)
-        if self.weight_decay_l2 > 0.0 and not self._decay_excluded[index]:
-            gradient = ops.add(gradient, ops.multiply(self.weight_decay_l2, variable))
-
+        gradient = self.decayed_gradient(gradient, variable, index)
         mean_square = self._mean_squares[index]
         momentum = self._momentums[index]
         self.assign(
@@ -113,15 +103,5 @@ class RMSPropTF(keras.optimizers.Optimizer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        # Keras' decoupled decay is not a constructor argument here (see `weight_decay_l2`).
-        config.pop("weight_decay", None)
-        config.update(
-            {
-                "rho": self.rho,
-                "momentum": self.momentum,
-                "epsilon": self.epsilon,
-                "weight_decay_l2": self.weight_decay_l2,
-                "weight_decay_exclude": list(self.weight_decay_exclude),
-            }
-        )
+        config.update({"rho": self.rho, "epsilon": self.epsilon})
         return config

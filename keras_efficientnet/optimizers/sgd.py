@@ -11,7 +11,7 @@ from keras_efficientnet.optimizers import weight_decay as wd_lib
 
 
 @keras.saving.register_keras_serializable(package="keras_efficientnet")
-class SGD(keras.optimizers.Optimizer):
+class SGD(wd_lib.L2DecayOptimizer):
     """Heavy-ball momentum SGD with the same weight-decay semantics as `RMSPropTF`.
 
     For each variable `w` with gradient `g` (after L2: `g + weight_decay_l2 * w`):
@@ -52,43 +52,21 @@ class SGD(keras.optimizers.Optimizer):
         weight_decay_exclude: Sequence[str] = wd_lib.DEFAULT_WEIGHT_DECAY_EXCLUDE,
         **kwargs,
     ):
-        wd_lib.reject_keras_weight_decay(kwargs, type(self).__name__)
-        super().__init__(learning_rate=learning_rate, **kwargs)
-        wd_lib.check_momentum_and_decay(momentum, weight_decay_l2)
-        self.momentum = momentum
-        self.weight_decay_l2 = weight_decay_l2
-        self.weight_decay_exclude = wd_lib.validate_patterns(
-            weight_decay_exclude, "weight_decay_exclude"
-        )
+        super().__init__(learning_rate, momentum, weight_decay_l2, weight_decay_exclude,
+                         **kwargs)
 
     def build(self, var_list):
         if self.built:
             return
         super().build(var_list)
         self._momentums = self.add_optimizer_variables(var_list, "momentum")
-        self._decay_excluded = wd_lib.excluded_mask(var_list, self.weight_decay_exclude)
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         lr = ops.cast(learning_rate, variable.dtype)
-        gradient = ops.cast(gradient, variable.dtype)
-        if self.weight_decay_l2 > 0.0 and not self._decay_excluded[index]:
-            gradient = ops.add(gradient, ops.multiply(self.weight_decay_l2, variable))
+        gradient = self.decayed_gradient(gradient, variable, index)
         momentum = self._momentums[index]
         self.assign(
             momentum, ops.add(ops.multiply(self.momentum, momentum), ops.multiply(lr, gradient))
         )
         self.assign_sub(variable, momentum)
-
-    def get_config(self) -> dict:
-        config = super().get_config()
-        # Keras' decoupled decay is not a constructor argument here (see `weight_decay_l2`).
-        config.pop("weight_decay", None)
-        config.update(
-            {
-                "momentum": self.momentum,
-                "weight_decay_l2": self.weight_decay_l2,
-                "weight_decay_exclude": list(self.weight_decay_exclude),
-            }
-        )
-        return config

@@ -1,9 +1,13 @@
-"""Regex exclusion of variables (by path) from weight decay and from LARS trust ratios."""
+"""Regex exclusion of variables (by path) from weight decay and from LARS trust ratios, and the
+shared base of the optimizers whose weight decay is L2 on the gradient."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+
+import keras
+from keras import ops
 
 # Matched with `re.search` against the Keras 3 variable path, e.g. "block1a/project_norm/gamma".
 # Anchored at the end, not the start, since a model nested in another (or a Sequential) prefixes
@@ -118,3 +122,42 @@ def check_momentum_and_decay(momentum: float, weight_decay_l2: float) -> None:
         raise ValueError(
             f"`weight_decay_l2` must be >= 0. Received: weight_decay_l2={weight_decay_l2}"
         )
+
+
+class L2DecayOptimizer(keras.optimizers.Optimizer):
+    """Base of momentum optimizers with L2 weight decay on the gradient (`RMSPropTF`, `SGD`).
+
+    Stores and checks `momentum`, `weight_decay_l2` and `weight_decay_exclude` (regexes on
+    variable paths), rejects Keras' decoupled `weight_decay`, builds the per-variable exclusion
+    mask, and gives `decayed_gradient` (g + weight_decay_l2 * w where not excluded) to the
+    subclass's `update_step`. Subclasses create their own slots in `build` after calling it.
+    """
+
+    def __init__(self, learning_rate, momentum: float, weight_decay_l2: float,
+                 weight_decay_exclude: Sequence[str], **kwargs):
+        reject_keras_weight_decay(kwargs, type(self).__name__)
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        check_momentum_and_decay(momentum, weight_decay_l2)
+        self.momentum = momentum
+        self.weight_decay_l2 = weight_decay_l2
+        self.weight_decay_exclude = validate_patterns(weight_decay_exclude,
+                                                      "weight_decay_exclude")
+
+    def build(self, var_list):
+        super().build(var_list)
+        self._decay_excluded = excluded_mask(var_list, self.weight_decay_exclude)
+
+    def decayed_gradient(self, gradient, variable, index: int):
+        """`gradient` in the variable's dtype, plus L2 unless the variable is excluded."""
+        gradient = ops.cast(gradient, variable.dtype)
+        if self.weight_decay_l2 > 0.0 and not self._decay_excluded[index]:
+            gradient = ops.add(gradient, ops.multiply(self.weight_decay_l2, variable))
+        return gradient
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        # Keras' decoupled decay is not a constructor argument here (see `weight_decay_l2`).
+        config.pop("weight_decay", None)
+        config.update({"momentum": self.momentum, "weight_decay_l2": self.weight_decay_l2,
+                       "weight_decay_exclude": list(self.weight_decay_exclude)})
+        return config
