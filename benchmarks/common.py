@@ -1,18 +1,69 @@
-"""Shared benchmark plumbing: machine description, warm-up-then-time loops and JSON rows."""
+"""Shared benchmark plumbing: machine description, timing, the JSON row schema and result files."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# Where results go instead of benchmarks/results (tests and smoke runs point it elsewhere).
+RESULTS_ENV = "KE_BENCH_RESULTS"
+
+# Every row of every benchmark carries these fields (more may follow, per benchmark).
+ROW_SCHEMA = {
+    "benchmark": str,            # which measurement: train, inference, layer_fwd_bwd, ...
+    "machine": dict,             # where it ran: CPU, cores, accelerator, library versions
+    "backend": str,              # tensorflow, jax, torch
+    "variant": str,              # the configuration measured
+    "resolution": (int, type(None)),  # image (or feature map) side; None where it has none
+    "batch": int,
+    "precision": str,            # float32, mixed_bfloat16, uint8 (host pipeline output), ...
+    "images_per_second": float,
+    "reference": str,            # the variant it is compared with, measured in the same run
+    "ratio_to_reference": float,  # images_per_second / the reference's (> 1 is faster)
+}
 
 
-def machine() -> dict:
-    """Where a figure was measured: CPU model, core count, platform and library versions."""
+class NonFiniteLossError(RuntimeError):
+    """A benchmarked step produced a NaN or infinite loss: its timing means nothing."""
+
+
+def check_finite(value, where: str) -> float:
+    """Returns `value` as a float, or raises NonFiniteLossError naming `where`."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise NonFiniteLossError(f"non-finite loss {number} while benchmarking {where}: the "
+                                 "figure would be meaningless, so the benchmark stops here")
+    return number
+
+
+def accelerator() -> dict:
+    """The GPU as nvidia-smi names it (name, driver, memory), or {} without one."""
+    if not shutil.which("nvidia-smi"):
+        return {}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    if not lines:
+        return {}
+    name, driver, memory = (part.strip() for part in (lines[0].split(",") + ["", ""])[:3])
+    return {"gpu": name, "gpu_count": len(lines), "driver": driver, "gpu_memory": memory}
+
+
+def machine(**extra) -> dict:
+    """Where a figure was measured: CPU model, cores, load, platform, the libraries this process
+    has imported (keras, its backend, tensorflow, jax, torch) and `extra` (e.g. the GPU)."""
     cpu = platform.processor() or "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -23,18 +74,19 @@ def machine() -> dict:
     except OSError:
         pass
     info = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version()}
-    try:
-        import keras
-
+            "python": platform.python_version(),
+            # A shared machine's other load lowers images/s: say how busy it was.
+            "load_average_1m": round(os.getloadavg()[0], 2)}
+    # Only modules already imported: asking for keras here must not pull TensorFlow in.
+    if "keras" in sys.modules:
+        keras = sys.modules["keras"]
         info["keras"] = keras.__version__
         info["backend"] = keras.backend.backend()
-    except ImportError:
-        pass
-    if info.get("backend") == "tensorflow":
-        import tensorflow as tf
-
-        info["tensorflow"] = tf.__version__
+    for name in ("tensorflow", "jax", "torch", "timm"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "__version__"):
+            info[name] = module.__version__
+    info.update(extra)
     return info
 
 
@@ -51,13 +103,73 @@ def time_calls(fn, *, warmup: int, repeats: int) -> float:
     return times[len(times) // 2]
 
 
-def write_rows(name: str, rows: list[dict]) -> Path:
-    """Writes `rows` as JSON lines to benchmarks/results/<name>.jsonl (atomically)."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.jsonl"
+def make_row(benchmark: str, *, machine: dict, backend: str, variant: str,
+             resolution: int | None, batch: int, precision: str, images_per_second: float,
+             reference: str, reference_images_per_second: float, **extra) -> dict:
+    """One result row in the shared schema; the ratio is computed here, never by hand."""
+    row = {"benchmark": benchmark, "machine": machine, "backend": backend, "variant": variant,
+           "resolution": resolution, "batch": int(batch), "precision": precision,
+           "images_per_second": round(float(images_per_second), 3),
+           "reference": reference,
+           "ratio_to_reference": round(float(images_per_second)
+                                       / float(reference_images_per_second), 4)}
+    row.update(extra)
+    validate_row(row)
+    return row
+
+
+def validate_row(row: dict) -> None:
+    """Raises ValueError naming the field when `row` does not follow ROW_SCHEMA."""
+    for field, kind in ROW_SCHEMA.items():
+        if field not in row:
+            raise ValueError(f"benchmark row lacks {field!r}: {sorted(row)}")
+        value = row[field]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"benchmark row field {field!r} must be {kind}, received "
+                             f"{row[field]!r}")
+    for field in ("images_per_second", "ratio_to_reference"):
+        if not (math.isfinite(row[field]) and row[field] > 0):
+            raise ValueError(f"benchmark row field {field!r} must be finite and > 0, "
+                             f"received {row[field]!r}")
+    if not {"cpu", "cores"} <= set(row["machine"]):
+        raise ValueError(f"benchmark row's machine must name cpu and cores: {row['machine']}")
+
+
+def results_dir(output_dir: str | os.PathLike | None = None) -> Path:
+    """`output_dir`, else $KE_BENCH_RESULTS, else benchmarks/results."""
+    return Path(output_dir or os.environ.get(RESULTS_ENV) or RESULTS_DIR)
+
+
+def write_rows(name: str, rows: list[dict], output_dir: str | os.PathLike | None = None) -> Path:
+    """Checks `rows` against the schema and writes them as JSON lines to <dir>/<name>.jsonl
+    (atomically); returns the path."""
+    for row in rows:
+        validate_row(row)
+    directory = results_dir(output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.jsonl"
     tmp = path.with_suffix(".jsonl.tmp")
     with open(tmp, "w") as f:
         for row in rows:
             f.write(json.dumps(row, sort_keys=True) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_results(name: str, rows: list[dict],
+                  output_dir: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
+    """Writes <name>.jsonl and renders <name>.png next to it; returns both paths (the chart's
+    is None, with the reason printed, where matplotlib is not installed)."""
+    path = write_rows(name, rows, output_dir)
+    from benchmarks import charts
+
+    chart = charts.render(path)
+    print(f"wrote {path}" + (f" and {chart}" if chart else ""))
+    return path, chart

@@ -1,0 +1,215 @@
+"""PNG charts of benchmark result files, drawn from the JSON rows alone (so any file re-renders).
+
+Run `python benchmarks/charts.py benchmarks/results/*.jsonl` to redraw charts; each benchmark
+script calls `render` after writing its rows. Bars show images/s, each labelled with its ratio to
+the same-run reference (the reference's bar is hatched); the footer names the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import read_rows  # noqa: E402
+
+MODEL_BENCHMARKS = ("train", "inference")
+LAYER_BENCHMARKS = ("layer_fwd_bwd", "norm_fwd_bwd")
+DISTRIBUTE_BENCHMARKS = ("data_parallel", "pipeline")
+COLORS = {"tensorflow": "#ff8f00", "jax": "#3f51b5", "torch": "#e53935"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a server
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def machine_line(machine: dict) -> str:
+    """One line naming where the figures were measured."""
+    parts = []
+    if machine.get("gpu"):
+        parts.append(f"{machine['gpu']} (driver {machine.get('driver', '?')})")
+    parts.append(f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores")
+    if "load_average_1m" in machine:
+        parts.append(f"load {machine['load_average_1m']}")
+    libraries = [f"{name} {machine[name]}" for name in ("keras", "tensorflow", "jax", "torch",
+                                                        "timm") if machine.get(name)]
+    return "; ".join(parts + libraries)
+
+
+def _ratio(ratio: float) -> str:
+    return f"{ratio:.2f}x" if ratio >= 0.095 else f"{ratio:.2g}x"  # 0.0037x, not 0.00x
+
+
+def _bars(ax, rows: list[dict], label) -> None:
+    labels = [label(row) for row in rows]
+    values = [row["images_per_second"] for row in rows]
+    log = max(values) > 20 * min(values)  # e.g. Keras' grouped conv on a TensorFlow CPU
+    colors = [COLORS.get(row["backend"], "#607d8b") for row in rows]
+    y = list(range(len(rows)))[::-1]
+    bars = ax.barh(y, values, color=colors)
+    for bar, row in zip(bars, rows):
+        if row["variant"] == row["reference"]:
+            bar.set_hatch("//")
+            bar.set_edgecolor("white")
+    ax.set_yticks(y, labels, fontsize=8)
+    if log:
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    top = max(values)
+    ax.set_xlim(min(values) / 3 if log else 0, top * (8 if log else 1.45))
+    for bar, row in zip(bars, rows):
+        ax.text(bar.get_width() * (1.08 if log else 1.0) + (0 if log else top * 0.01),
+                bar.get_y() + bar.get_height() / 2,
+                f" {row['images_per_second']:.4g}  ({_ratio(row['ratio_to_reference'])})",
+                va="center", fontsize=7)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _panels(path: Path, groups: dict, title: str, label, xlabel: str, machine: dict) -> Path:
+    plt = _pyplot()
+    heights = [0.6 + 0.28 * len(rows) for rows in groups.values()]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, sum(heights) + 1.1),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (name, rows) in zip(axes[:, 0], groups.items()):
+        _bars(ax, rows, label)
+        reference = rows[0]["reference"]
+        ax.set_title(f"{name}   (ratios to {reference})", fontsize=9, loc="left")
+        ax.set_xlabel(xlabel, fontsize=8)
+    fig.suptitle(title, fontsize=11)
+    fig.text(0.01, 0.005, machine_line(machine), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _group(rows: list[dict], key) -> dict:
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return groups
+
+
+def model_chart(path: Path, rows: list[dict]) -> Path:
+    """Training and inference images/s, one panel per (mode, resolution)."""
+    groups = _group(rows, lambda r: f"{r['benchmark']} at {r['resolution']}px, batch "
+                                    f"{r['batch']}, {r['precision']}")
+    backends = sorted({r["backend"] for r in rows})
+    size = rows[-1].get("model_size", "b0").upper()
+    return _panels(path, groups, f"EfficientNet-{size} variants, images/s ({', '.join(backends)})",
+                   lambda r: r["variant"], "images/s (higher is better)", rows[0]["machine"])
+
+
+def layer_chart(path: Path, rows: list[dict]) -> Path:
+    """Forward+backward images/s of the grouped convs and of the norm + activation pairs."""
+    groups = _group(rows, lambda r: f"{r['benchmark']}: batch {r['batch']}, "
+                                    f"{r['resolution']}x{r['resolution']}x{r['channels']}")
+    return _panels(path, groups, "Layers, forward+backward", lambda r: r["variant"],
+                   "images/s through the layer (higher is better)", rows[0]["machine"])
+
+
+def pipeline_chart(path: Path, rows: list[dict]) -> Path:
+    """Host pipeline images/s per core, per output size, against the decode ceiling."""
+    ceiling = [r for r in rows if r["resolution"] is None]
+    groups = {f"{size}px": ceiling + [r for r in rows if r["resolution"] == size]
+              for size in sorted({r["resolution"] for r in rows if r["resolution"]},
+                                 reverse=True)}
+    return _panels(path, groups, "Host pipeline (tf.data, JPEG photographs), images/s",
+                   lambda r: r["variant"] + (f" ({r['bytes_per_image']} B/img)"
+                                             if r.get("bytes_per_image") else ""),
+                   "images/s on all pipeline threads (higher is better)", rows[0]["machine"])
+
+
+def distribute_chart(path: Path, rows: list[dict]) -> Path:
+    """Data-parallel and pipeline-parallel images/s against one replica / the unsplit model."""
+    groups = _group(rows, lambda r: r["benchmark"])
+    return _panels(path, groups, "Execution plans on logical CPU devices, images/s",
+                   lambda r: r["variant"], "images/s (higher is better)", rows[0]["machine"])
+
+
+def pareto_chart(path: Path, rows: list[dict]) -> Path:
+    """Held-out top-1 against cumulative training seconds (the paper's Figure 1, in small)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles = ["o-", "s-", "^-", "d-"]
+    for index, (style, row) in enumerate(zip(styles, rows)):
+        curve = row["curve"]
+        trained = [p for p in curve if p["phase"] == "train"]
+        line, = ax.plot([p["seconds"] for p in trained], [p["top1"] for p in trained], style,
+                        markersize=4, label=f"{row['variant']} ({row['images_per_second']:.0f} "
+                                            f"img/s, {row['ratio_to_reference']:.2f}x)")
+        tuned = [p for p in curve if p["phase"] != "train"]
+        if tuned and trained:
+            ax.plot([trained[-1]["seconds"]] + [p["seconds"] for p in tuned],
+                    [trained[-1]["top1"]] + [p["top1"] for p in tuned], "--",
+                    color=line.get_color())
+            ax.plot([p["seconds"] for p in tuned], [p["top1"] for p in tuned], "*",
+                    markersize=12, color=line.get_color())
+            ax.annotate(f"{tuned[-1]['phase']} {tuned[-1]['top1']:.3f}",
+                        (tuned[-1]["seconds"], tuned[-1]["top1"]), textcoords="offset points",
+                        xytext=(-12, -20 - 14 * index), fontsize=8, ha="right",
+                        color=line.get_color())
+        if row.get("seconds_to_target") is not None:
+            ax.axvline(row["seconds_to_target"], color=line.get_color(), alpha=0.35, lw=1)
+    target = rows[0].get("target_top1")
+    if target is not None:
+        ax.axhline(target, color="grey", ls=":", lw=1)
+        ax.text(ax.get_xlim()[0], target, f" target top-1 {target}", va="bottom", fontsize=8,
+                color="grey")
+    lowest = min(p["top1"] for row in rows for p in row["curve"])
+    ax.set_ylim(max(0.0, min(lowest, target or 1.0) - 0.05), 1.0)
+    ax.set_xlabel("cumulative training seconds (evaluation excluded)")
+    ax.set_ylabel("held-out top-1")
+    dataset = rows[0].get("dataset", "")
+    ax.set_title(f"Accuracy against training time on {dataset} "
+                 f"(test resolution {rows[0].get('test_resolution')}px)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.text(0.01, 0.005, machine_line(rows[0]["machine"]), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def render(path: str | os.PathLike) -> Path | None:
+    """Draws <path>.png from the rows of <path> (a .jsonl); None, saying why, without
+    matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"no chart for {path}: matplotlib is not installed here; draw it later with "
+              f"`python benchmarks/charts.py {path}`", file=sys.stderr)
+        return None
+    path = Path(path)
+    rows = read_rows(path)
+    if not rows:
+        raise ValueError(f"{path} holds no rows to draw")
+    kinds = {row["benchmark"] for row in rows}
+    if kinds <= set(MODEL_BENCHMARKS):
+        return model_chart(path, rows)
+    if kinds <= set(LAYER_BENCHMARKS):
+        return layer_chart(path, rows)
+    if kinds == {"host_pipeline"}:
+        return pipeline_chart(path, rows)
+    if kinds <= set(DISTRIBUTE_BENCHMARKS):
+        return distribute_chart(path, rows)
+    if kinds == {"pareto"}:
+        return pareto_chart(path, rows)
+    raise ValueError(f"{path}: no chart for the benchmarks {sorted(kinds)}")
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        print(render(name))
