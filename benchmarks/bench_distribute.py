@@ -11,9 +11,10 @@ LN+PN EfficientNet (the test model) with the same factories as training:
 
 Logical CPU devices share the same cores and thread pools, so these figures show the overhead of
 the machinery (all-reduce, micro-batch scheduling), not a speed-up; on GPUs or IPUs each device
-brings its own compute. One JSON row per configuration goes to
-benchmarks/results/distribute.jsonl, with images/s, images per CPU-second of the process (robust
-to other load on a shared machine) and the ratio to the same run's reference.
+brings its own compute. One JSON row per configuration (the shared schema of
+benchmarks/common.py) goes to benchmarks/results/distribute.jsonl, with images/s, images per
+CPU-second of the process (robust to other load on a shared machine) and the ratio to the same
+run's reference; the chart goes to distribute.png. A non-finite loss stops the run.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_efficientnet as ke  # noqa: E402
-from benchmarks.common import machine, time_calls, write_rows  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    check_finite, machine, make_row, time_calls, write_results)
 from keras_efficientnet.distribute import pipeline, planner, train_loop  # noqa: E402
 
 LOSS = keras.losses.CategoricalCrossentropy()
@@ -56,14 +58,17 @@ def batch(size: int, resolution: int):
     return x, y
 
 
-def measure(fn, images: int, args) -> dict:
+def measure(fn, images: int, args, where: str) -> dict:
+    def step():
+        check_finite(fn(), where)
+
     for _ in range(args.warmup):  # the first call traces; CPU time counts the timed calls only
-        fn()
+        step()
     cpu = time.process_time()
-    seconds = time_calls(fn, warmup=0, repeats=args.repeats)
+    seconds = time_calls(step, warmup=0, repeats=args.repeats)
     cpu_used = time.process_time() - cpu
-    return {"seconds_per_step": seconds, "images_per_s": images / seconds,
-            "images_per_cpu_s": images * args.repeats / max(cpu_used, 1e-9),
+    return {"seconds_per_step": round(seconds, 4), "images_per_second": images / seconds,
+            "images_per_cpu_second": round(images * args.repeats / max(cpu_used, 1e-9), 2),
             "steps_timed": args.repeats}
 
 
@@ -82,12 +87,11 @@ def data_parallel_rows(args) -> list[dict]:
                                           global_batch_size=global_batch, strategy=strategy)
         x, y = train_loop.distribute_batch(strategy, *batch(global_batch, args.resolution)) \
             if replicas > 1 else batch(global_batch, args.resolution)
-        row = {"benchmark": "data_parallel", "replicas": replicas,
-               "per_replica_batch": args.batch, "global_batch": global_batch,
-               **measure(lambda s=step, a=x, b=y: s(a, b), global_batch, args)}
+        name = f"{replicas} replica" + ("s" if replicas > 1 else "")
+        row = {"benchmark": "data_parallel", "variant": name, "replicas": replicas,
+               "per_replica_batch": args.batch, "batch": global_batch,
+               **measure(lambda s=step, a=x, b=y: s(a, b), global_batch, args, name)}
         rows.append(row)
-    for row in rows:
-        row["ratio_to_1_replica"] = row["images_per_s"] / rows[0]["images_per_s"]
     return rows
 
 
@@ -96,24 +100,22 @@ def pipeline_rows(args) -> list[dict]:
     model = tiny(args.resolution)
     step = train_loop.make_train_step(model, keras.optimizers.SGD(0.01), LOSS,
                                       global_batch_size=args.global_batch)
-    rows = [{"benchmark": "pipeline", "stages": 1, "micro_batches": 1, "split": [],
-             "global_batch": args.global_batch, "reference": True,
-             **measure(lambda: step(x, y), args.global_batch, args)}]
+    rows = [{"benchmark": "pipeline", "variant": "unsplit", "stages": 1, "micro_batches": 1,
+             "split": [], "batch": args.global_batch,
+             **measure(lambda: step(x, y), args.global_batch, args, "unsplit")}]
     split = planner.plan_splits(model, 2).splits
     for micro in args.micro_batches:
         model = tiny(args.resolution)
         pipe = pipeline.PipelinedModel(model, split, micro_batches=micro, devices=DEVICES[:2])
         step = pipe.make_train_step(keras.optimizers.SGD(0.01), LOSS)
-        rows.append({"benchmark": "pipeline", "stages": 2, "micro_batches": micro,
-                     "split": list(split), "global_batch": args.global_batch,
-                     "reference": False,
-                     **measure(lambda s=step: s(x, y), args.global_batch, args)})
-    for row in rows:
-        row["ratio_to_unsplit"] = row["images_per_s"] / rows[0]["images_per_s"]
+        name = f"2 stages, {micro} micro-batch" + ("es" if micro > 1 else "")
+        rows.append({"benchmark": "pipeline", "variant": name, "stages": 2,
+                     "micro_batches": micro, "split": list(split), "batch": args.global_batch,
+                     **measure(lambda s=step: s(x, y), args.global_batch, args, name)})
     return rows
 
 
-def main() -> None:
+def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resolution", type=int, default=64)
     parser.add_argument("--batch", type=int, default=16, help="per-replica batch (scaling)")
@@ -121,15 +123,26 @@ def main() -> None:
     parser.add_argument("--micro_batches", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    info = machine()
-    rows = data_parallel_rows(args) + pipeline_rows(args)
+    parser.add_argument("--output-dir", default=None,
+                        help="default $KE_BENCH_RESULTS or benchmarks/results")
+    args = parser.parse_args(argv)
+    info = machine(devices="2 logical CPU devices")
+    rows = []
+    for measured in (data_parallel_rows(args), pipeline_rows(args)):
+        # The first of each group is its reference: one replica; the unsplit model.
+        reference = (measured[0]["variant"], measured[0]["images_per_second"])
+        for row in measured:
+            row = dict(row)
+            rows.append(make_row(
+                row.pop("benchmark"), machine=info, backend="tensorflow",
+                variant=row.pop("variant"), resolution=args.resolution, batch=row.pop("batch"),
+                precision="float32", images_per_second=row.pop("images_per_second"),
+                reference=reference[0], reference_images_per_second=reference[1],
+                model="tiny-g16-lnpn", **row))
     for row in rows:
-        row.update(machine=info, resolution=args.resolution, model="tiny-g16-lnpn",
-                   devices="logical CPU")
-        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()
-               if k != "machine"})
-    print(f"wrote {write_rows('distribute', rows)}")
+        print({k: v for k, v in row.items() if k != "machine"})
+    write_results("distribute", rows, args.output_dir)
+    return rows
 
 
 if __name__ == "__main__":

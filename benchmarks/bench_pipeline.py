@@ -12,10 +12,11 @@ scikit-image wheels, resized to ImageNet-like sizes, then times with the same th
 - `uint8_unguarded`, `float32_unguarded`: the same per-example ops in a plain parallel map
   without the bad-file guard or labels, to show what the guard costs and the dtype's own cost.
 
-Per configuration it writes one JSON row to benchmarks/results/pipeline.jsonl: images/s, images/s
-per core (cores = the tf.data thread pool size), images per CPU-second of the process (robust to
-other load on a shared machine), bytes per image sent to the device, and both ratios to the
-ceiling measured in the same run (medians over interleaved repeats).
+Per configuration it writes one JSON row (the shared schema of benchmarks/common.py) to
+benchmarks/results/pipeline.jsonl, and a chart to pipeline.png: images/s, images/s per core
+(cores = the tf.data thread pool size), images per CPU-second of the process (robust to other
+load on a shared machine), bytes per image sent to the device, and both ratios to the ceiling
+measured in the same run (medians over interleaved repeats).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.common import machine, write_rows
+from benchmarks.common import machine, make_row, write_results
 from keras_efficientnet.datasets import make_dataset, preprocessing
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
@@ -183,7 +184,7 @@ def measure(dataset: tf.data.Dataset, batch: int, warmup_batches: int,
     return (images / (time.perf_counter() - wall), images / (time.process_time() - cpu))
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=300, help="JPEGs in the photo folder")
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of the folder")
@@ -192,10 +193,12 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="tf.data private thread pool size, the same for every config")
-    parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per repeat")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per repeat")
     parser.add_argument("--warmup_batches", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats (median)")
     parser.add_argument("--output", default="pipeline", help="results/<output>.jsonl")
+    parser.add_argument("--output-dir", default=None,
+                        help="default $KE_BENCH_RESULTS or benchmarks/results")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.image_sizes.split(",")]
 
@@ -236,26 +239,28 @@ def main(argv=None) -> None:
     info["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     rows = []
     for (name, size), (per_second, per_cpu_second) in medians.items():
-        rows.append({
-            "benchmark": "host_pipeline", "config": name, "image_size": size,
-            "machine": info, "photos": photos, "batch": args.batch, "threads": args.threads,
-            "repeats": args.repeats, "seconds": args.seconds,
-            "images_per_second": round(per_second, 1),
-            "images_per_second_per_core": round(per_second / args.threads, 1),
-            "images_per_cpu_second": round(per_cpu_second, 1),
-            "bytes_per_image": sent[(name, size)],
-            "ratio_to_ceiling": round(per_second / ceiling[0], 3),
-            "ratio_to_ceiling_cpu": round(per_cpu_second / ceiling[1], 3),
-        })
-    path = write_rows(args.output, rows)
+        rows.append(make_row(
+            "host_pipeline", machine=info, backend="tensorflow", variant=name,
+            resolution=size, batch=args.batch,
+            # What the pipeline hands to the device (the ceiling decodes to uint8).
+            precision="float32" if name.startswith("float32") else "uint8",
+            images_per_second=per_second, reference="decode_and_crop_ceiling",
+            reference_images_per_second=ceiling[0], photos=photos, threads=args.threads,
+            repeats=args.repeats, seconds=args.seconds,
+            images_per_second_per_core=round(per_second / args.threads, 1),
+            images_per_cpu_second=round(per_cpu_second, 1),
+            bytes_per_image=sent[(name, size)],
+            ratio_to_reference_cpu=round(per_cpu_second / ceiling[1], 3)))
+    path, _ = write_results(args.output, rows, args.output_dir)
     print(f"\n{'config':24s} {'size':>4s} {'img/s':>8s} {'img/s/core':>10s} {'img/cpu-s':>9s} "
           f"{'bytes/img':>9s} {'vs ceiling':>10s} {'(cpu)':>6s}")
     for row in rows:
-        print(f"{row['config']:24s} {row['image_size'] or '-':>4} "
+        print(f"{row['variant']:24s} {row['resolution'] or '-':>4} "
               f"{row['images_per_second']:8.1f} {row['images_per_second_per_core']:10.1f} "
               f"{row['images_per_cpu_second']:9.1f} {row['bytes_per_image'] or '-':>9} "
-              f"{row['ratio_to_ceiling']:10.3f} {row['ratio_to_ceiling_cpu']:6.3f}")
+              f"{row['ratio_to_reference']:10.3f} {row['ratio_to_reference_cpu']:6.3f}")
     print(f"rows written to {path}")
+    return rows
 
 
 if __name__ == "__main__":
