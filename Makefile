@@ -9,13 +9,19 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help install install-jax install-horovod test test-tf test-jax test-slow train lint \
-        benchmark benchmark-layers benchmark-pipeline benchmark-distribute clean
+        benchmark benchmark-layers benchmark-pipeline benchmark-distribute benchmark-pareto \
+        benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
 
 help:
 	@echo "make train       set up and run the default job (flags/default.flags) on digits"
 	@echo "make test        TensorFlow tests, then the portable tests under JAX without TF"
 	@echo "make test-slow   also the slow tests (every preset, ...)"
-	@echo "make benchmark   CPU benchmarks, JSON rows and charts in benchmarks/results/"
+	@echo "make benchmark   CPU benchmarks (~10 min): layers, models, host pipeline, plans;"
+	@echo "                 JSON rows and PNG charts in benchmarks/results/"
+	@echo "make benchmark-pareto      top-1 against training time on digits (~4 min)"
+	@echo "make benchmark-gpu-wheels  download the wheels benchmark-gpu needs offline"
+	@echo "make benchmark-gpu         GPU benchmark under JAX (+ timm peer), no TensorFlow"
+	@echo "make benchmark-gpu-smoke   the same path on this CPU at tiny sizes (.venv-jax)"
 	@echo "make lint        ruff"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -61,17 +67,33 @@ lint: install
 install-horovod: install
 	scripts/install_horovod.sh $(VENV)
 
+# Benchmarks (benchmarks/README.md): each writes results/<name>.jsonl and <name>.png.
 benchmark-layers: install
 	$(PY) benchmarks/bench_model.py
 
 benchmark-pipeline: install
-	$(VENV)/bin/pip install -q -e ".[bench]"
+	$(PY) -c "import skimage" 2>/dev/null || $(VENV)/bin/pip install -q -e ".[bench]"
 	$(PY) benchmarks/bench_pipeline.py
 
 benchmark-distribute: install
 	$(PY) benchmarks/bench_distribute.py
 
 benchmark: benchmark-layers benchmark-pipeline benchmark-distribute
+
+benchmark-pareto: install
+	$(PY) benchmarks/bench_pareto.py
+
+# Run where PyPI is reachable; carry benchmarks/gpu/wheels to the GPU machine.
+benchmark-gpu-wheels:
+	bash benchmarks/gpu/prepare_wheels.sh
+
+# On a GPU machine with JAX (and PyTorch + timm for the peer) but no TensorFlow: no venv of
+# ours, no network. Options for bench_gpu.py go in ARGS, e.g. ARGS="--resolutions 224".
+benchmark-gpu:
+	bash benchmarks/gpu/run.sh $(ARGS)
+
+benchmark-gpu-smoke: install-jax
+	PYTHON=$(JAX_VENV)/bin/python bash benchmarks/gpu/run.sh --smoke $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(JAX_VENV) *.egg-info .pytest_cache
