@@ -118,14 +118,15 @@ def _measure_keras(model, dtype: str, images, labels, args, label: str, donate: 
         return loss
 
     where = f"{label} at {x.shape[1]}px (JAX"
-    train = _time_steps(run_train, jax.block_until_ready, args.warmup, args.steps)
-    for loss in train[2]:
-        check_finite(loss, f"{where} training)")
+    # Inference first, on the initial weights, as for timm (see _measure_timm).
     trainable, non_trainable, _ = holder["state"]
     inference = _time_steps(lambda: infer(trainable, non_trainable, x), jax.block_until_ready,
                             args.warmup, args.infer_steps)
     for value in inference[2]:
         check_finite(value, f"{where} inference output)")
+    train = _time_steps(run_train, jax.block_until_ready, args.warmup, args.steps)
+    for loss in train[2]:
+        check_finite(loss, f"{where} training)")
     return {"train": train[:2], "inference": inference[:2]}
 
 
@@ -206,14 +207,18 @@ def _measure_timm(torch, timm, resolution: int, device: str, amp, args) -> dict:
         return value
 
     where = f"{TIMM} at {resolution}px"
-    model.train()
-    train = _time_steps(train_step, sync, args.warmup, args.steps)
-    for loss in train[2]:
-        check_finite(loss.item(), f"{where} (training)")
+    # Inference first, on the initial weights: PyTorch's BatchNorm moves its running statistics
+    # by 0.1 a step (Keras' by 0.01), and after a few training steps on a small batch and feature
+    # map the eval-mode activations of an untrained network can overflow (seen with bfloat16 at
+    # 32 px, batch 2: inf by block 3), which would stop the run for a reason unrelated to speed.
     model.eval()
     inference = _time_steps(infer, sync, args.warmup, args.infer_steps)
     for value in inference[2]:
         check_finite(value.item(), f"{where} (inference output)")
+    model.train()
+    train = _time_steps(train_step, sync, args.warmup, args.steps)
+    for loss in train[2]:
+        check_finite(loss.item(), f"{where} (training)")
     return {"train": train[:2], "inference": inference[:2]}
 
 
@@ -387,7 +392,7 @@ def main(argv=None) -> list[dict]:
         timm_ratio = row.get("ratio_to_timm")
         print(f"{row['benchmark']:9s} {row['resolution']:4d} {row['variant']:34s} "
               f"{row['images_per_second']:10.1f} {row['ratio_to_reference']:7.3f} "
-              f"{timm_ratio if timm_ratio is not None else '-':>7}")
+              + (f"{timm_ratio:7.3f}" if timm_ratio is not None else f"{'-':>7}"))
     for note in notes:
         print(note)
     print(f"benchmark-gpu took {time.perf_counter() - started:.0f} s on "
