@@ -251,7 +251,7 @@ def main(argv=None) -> list[dict]:
             images_per_cpu_second=round(per_cpu_second, 1),
             bytes_per_image=sent[(name, size)],
             ratio_to_reference_cpu=round(per_cpu_second / ceiling[1], 3)))
-    path, _ = write_results(args.output, rows, args.output_dir)
+    write_results(args.output, rows, args.output_dir)
     print(f"\n{'config':24s} {'size':>4s} {'img/s':>8s} {'img/s/core':>10s} {'img/cpu-s':>9s} "
           f"{'bytes/img':>9s} {'vs ceiling':>10s} {'(cpu)':>6s}")
     for row in rows:
@@ -259,7 +259,6 @@ def main(argv=None) -> list[dict]:
               f"{row['images_per_second']:8.1f} {row['images_per_second_per_core']:10.1f} "
               f"{row['images_per_cpu_second']:9.1f} {row['bytes_per_image'] or '-':>9} "
               f"{row['ratio_to_reference']:10.3f} {row['ratio_to_reference_cpu']:6.3f}")
-    print(f"rows written to {path}")
     return rows
 
 
