@@ -2,16 +2,86 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import keras
 from keras import ops
 
 from keras_efficientnet.layers.groups import num_groups
 
+log = logging.getLogger("keras_efficientnet")
 
 # Up to this many groups, one convolution per group (split and concat) beat the single grouped
-# `tf.nn.conv2d` on CPU (by 15-20% at 9 groups, 56x56x144); past about 12 the grouped kernel
-# wins (1.6x at 72 groups) and the graph stays small.
+# `tf.nn.conv2d` on CPU with oneDNN (by 15-20% at 9 groups, 56x56x144); past about 12 the grouped
+# kernel wins (1.6x at 72 groups) and the graph stays small. `benchmarks/bench_model.py` measures
+# both paths.
 MAX_SPLIT_GROUPS = 10
+
+# The TensorFlow paths `tf_conv_path` chooses between.
+DEPTHWISE, PER_GROUP, GROUPED = "depthwise", "per_group", "grouped"
+
+
+@functools.cache
+def grouped_gradient_available(device_type: str = "CPU", dtype: str = "float32") -> bool:
+    """Whether TensorFlow can differentiate one grouped `tf.nn.conv2d` on `device_type`.
+
+    On CPU the grouped kernel's backward pass exists only inside oneDNN, which TensorFlow turns
+    on by default for some CPUs (AVX-512 and newer x86, Arm) and leaves off for others (AVX2-only
+    x86), or as `TF_ENABLE_ONEDNN_OPTS` says. Rather than guess from the CPU, this runs the
+    gradient of a one-pixel grouped conv once per process, device type and dtype, outside any
+    graph, and remembers the answer.
+    """
+    import tensorflow as tf
+
+    # The two ops of the conv's gradient, run directly: `init_scope` (which lifts the probe out
+    # of a graph being traced) also pauses gradient tapes.
+    with tf.init_scope(), tf.device(f"/{device_type}:0"):
+        ones = tf.ones((1, 1, 1, 2), dtype)
+        kernel = tf.ones((1, 1, 1, 2), dtype)
+        try:
+            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=[1, 1, 1, 2], filter=kernel,
+                                                out_backprop=ones, strides=[1, 1, 1, 1],
+                                                padding="SAME")
+            dk = tf.raw_ops.Conv2DBackpropFilter(input=ones, filter_sizes=[1, 1, 1, 2],
+                                                 out_backprop=ones, strides=[1, 1, 1, 1],
+                                                 padding="SAME")
+            available = bool(tf.reduce_all(tf.equal(dx, 1)).numpy()
+                             and tf.reduce_all(tf.equal(dk, 1)).numpy())
+        except tf.errors.OpError as error:  # any kernel refusal: the per-group path is safe
+            log.debug("GroupConv2D: no grouped conv gradient on %s (%s): %s", device_type,
+                      dtype, str(error).splitlines()[0])
+            available = False
+    log.debug("GroupConv2D: grouped tf.nn.conv2d gradient on %s (%s): %s; groups > %d use %s",
+              device_type, dtype, "available" if available else "missing", MAX_SPLIT_GROUPS,
+              GROUPED if available else PER_GROUP)
+    return available
+
+
+def _device_type(x) -> str:
+    """The device type `x` is placed on, or the default one (a GPU when TensorFlow sees one)."""
+    import tensorflow as tf
+
+    placed = (getattr(x, "device", "") or "").upper()
+    for kind in ("GPU", "CPU"):
+        if f"{kind}:" in placed:
+            return kind
+    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+
+
+def tf_conv_path(groups: int, in_channels: int, filters: int, device_type: str = "CPU",
+                 dtype: str = "float32") -> str:
+    """Which TensorFlow kernel a grouped conv uses: `depthwise`, `per_group` or `grouped`.
+
+    One grouped `tf.nn.conv2d` only where its gradient exists (see
+    `grouped_gradient_available`) and there are more than `MAX_SPLIT_GROUPS` groups; otherwise
+    one convolution per group, the fastest differentiable path measured without oneDNN.
+    """
+    if groups == in_channels and filters == in_channels:
+        return DEPTHWISE
+    if groups <= MAX_SPLIT_GROUPS or not grouped_gradient_available(device_type, dtype):
+        return PER_GROUP
+    return GROUPED
 
 
 def _tf_grouped_conv(x, kernel, strides: int, padding: str, groups: int):
@@ -23,12 +93,12 @@ def _tf_grouped_conv(x, kernel, strides: int, padding: str, groups: int):
     """
     import tensorflow as tf  # only reached on the TensorFlow backend
 
-    in_channels = x.shape[-1]
-    if groups == in_channels and kernel.shape[-1] == in_channels:
-        # Depthwise: [kh, kw, 1, C] -> [kh, kw, C, 1] for the dedicated kernel.
+    path = tf_conv_path(groups, x.shape[-1], kernel.shape[-1], _device_type(x), x.dtype.name)
+    if path == DEPTHWISE:
+        # [kh, kw, 1, C] -> [kh, kw, C, 1] for the dedicated kernel.
         dw_kernel = tf.transpose(kernel, [0, 1, 3, 2])
         return tf.nn.depthwise_conv2d(x, dw_kernel, [1, strides, strides, 1], padding.upper())
-    if 1 < groups <= MAX_SPLIT_GROUPS:
+    if path == PER_GROUP and groups > 1:
         pieces = zip(tf.split(x, groups, axis=-1), tf.split(kernel, groups, axis=-1))
         return tf.concat([tf.nn.conv2d(xs, ks, strides, padding.upper()) for xs, ks in pieces],
                          axis=-1)
