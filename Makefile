@@ -73,6 +73,7 @@ install-horovod: install
 # Benchmarks (benchmarks/README.md): each writes results/<name>.jsonl and <name>.png.
 benchmark-layers: install
 	$(PY) benchmarks/bench_model.py
+	$(PY) -m benchmarks.bench_group_conv
 
 benchmark-pipeline: install
 	$(PY) -c "import skimage" 2>/dev/null || $(VENV)/bin/pip install -q -e ".[bench]"

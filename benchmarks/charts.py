@@ -18,6 +18,7 @@ from benchmarks.common import read_rows  # noqa: E402
 MODEL_BENCHMARKS = ("train", "inference")
 LAYER_BENCHMARKS = ("layer_fwd_bwd", "norm_fwd_bwd")
 DISTRIBUTE_BENCHMARKS = ("data_parallel", "pipeline")
+ONEDNN_BENCHMARKS = ("conv_fwd_bwd", "train_onednn", "inference_onednn")
 COLORS = {"tensorflow": "#ff8f00", "jax": "#3f51b5", "torch": "#e53935"}
 
 
@@ -36,6 +37,8 @@ def machine_line(machine: dict) -> str:
     if machine.get("gpu"):
         parts.append(f"{machine['gpu']} (driver {machine.get('driver', '?')})")
     parts.append(f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores")
+    if machine.get("cpu_flags"):
+        parts.append(machine["cpu_flags"])
     if "load_average_1m" in machine:
         parts.append(f"load {machine['load_average_1m']}")
     libraries = [f"{name} {machine[name]}" for name in ("keras", "tensorflow", "jax", "torch",
@@ -137,6 +140,66 @@ def distribute_chart(path: Path, rows: list[dict]) -> Path:
                    lambda r: r["variant"], "images/s (higher is better)", rows[0]["machine"])
 
 
+def onednn_chart(path: Path, rows: list[dict]) -> Path:
+    """Achieved GMAC/s of the dense, G16 and depthwise convs per shape, one panel per oneDNN
+    setting (the G16 bar labelled with its path and ratio to the dense conv); then the models'
+    images/s under both settings, labelled with the ratio to oneDNN on."""
+    plt = _pyplot()
+    convs = [r for r in rows if r["benchmark"] == "conv_fwd_bwd"]
+    models = [r for r in rows if r["benchmark"] != "conv_fwd_bwd"]
+    settings = list(dict.fromkeys(r["onednn"] for r in convs))
+    fig, axes = plt.subplots(len(settings) + 1, 1, figsize=(9, 3.2 * len(settings) + 3),
+                             squeeze=False)
+    kinds = list(dict.fromkeys(r["variant"].split(" [")[0] for r in convs))
+    colors = ["#90a4ae", "#ff8f00", "#3f51b5"]
+    top = max(r["gmacs_per_second"] for r in convs)
+    for ax, setting in zip(axes[:, 0], settings):
+        shown = [r for r in convs if r["onednn"] == setting]
+        shapes = list(dict.fromkeys((r["resolution"], r["channels"], r["kernel"])
+                                    for r in shown))
+        width = 0.8 / len(kinds)
+        for k, kind in enumerate(kinds):
+            for i, shape in enumerate(shapes):
+                row = next(r for r in shown if r["variant"].split(" [")[0] == kind
+                           and (r["resolution"], r["channels"], r["kernel"]) == shape)
+                x = i + (k - (len(kinds) - 1) / 2) * width
+                ax.bar(x, row["gmacs_per_second"], width, color=colors[k % len(colors)],
+                       label=kind if i == 0 else None)
+                if row["path"] in ("per_group", "grouped"):
+                    ax.text(x, row["gmacs_per_second"], f"{row['ratio_gmacs_to_dense']:.2f}x\n"
+                            f"{row['path']}", ha="center", va="bottom", fontsize=6)
+        ax.set_xticks(range(len(shapes)),
+                      [f"{h}x{h}x{c} k{k}" for h, c, k in shapes], fontsize=8)
+        ax.set_ylim(0, top * 1.3)
+        ax.set_ylabel("GMAC/s, fwd+bwd", fontsize=8)
+        ax.set_title(f"oneDNN {setting}, batch {shown[0]['batch']}: GMAC/s achieved "
+                     "(G16: ratio to dense, path)", fontsize=9, loc="left")
+        ax.legend(fontsize=7, loc="upper right")
+        ax.grid(axis="y", alpha=0.3)
+    ax = axes[-1, 0]
+    labels = [f"{r['benchmark'].split('_')[0]}: {r['variant']}" for r in models]
+    y = list(range(len(models)))[::-1]
+    bars = ax.barh(y, [r["images_per_second"] for r in models],
+                   color=["#ff8f00" if r["onednn"] == "off" else "#90a4ae" for r in models])
+    for bar, row in zip(bars, models):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f" {row['images_per_second']:.4g}  ({_ratio(row['ratio_to_reference'])} of "
+                "oneDNN on)", va="center", fontsize=7)
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xlim(0, max(r["images_per_second"] for r in models) * 1.45)
+    ax.set_xlabel("images/s (higher is better)", fontsize=8)
+    if models:
+        ax.set_title(f"B0 models at {models[0]['resolution']}px, batch {models[0]['batch']}",
+                     fontsize=9, loc="left")
+    fig.suptitle("GroupConv2D and B0 with oneDNN off and on (TensorFlow CPU)", fontsize=11)
+    fig.text(0.01, 0.005, machine_line(rows[0]["machine"]), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def pareto_chart(path: Path, rows: list[dict]) -> Path:
     """Held-out top-1 against cumulative training seconds (the paper's Figure 1, in small)."""
     plt = _pyplot()
@@ -205,6 +268,8 @@ def render(path: str | os.PathLike) -> Path | None:
         return pipeline_chart(path, rows)
     if kinds <= set(DISTRIBUTE_BENCHMARKS):
         return distribute_chart(path, rows)
+    if kinds <= set(ONEDNN_BENCHMARKS):
+        return onednn_chart(path, rows)
     if kinds == {"pareto"}:
         return pareto_chart(path, rows)
     raise ValueError(f"{path}: no chart for the benchmarks {sorted(kinds)}")
