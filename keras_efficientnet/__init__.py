@@ -9,10 +9,12 @@ import importlib
 
 __version__ = "0.1.0"
 
-from keras_efficientnet import layers  # noqa: E402
-from keras_efficientnet import models  # noqa: E402
-from keras_efficientnet.models.efficientnet import EfficientNet  # noqa: E402
-from keras_efficientnet.models.macs import count_macs  # noqa: E402
+from keras_efficientnet import (
+    layers,
+    models,
+)
+from keras_efficientnet.models.efficientnet import EfficientNet
+from keras_efficientnet.models.macs import count_macs
 
 _LAZY_SUBMODULES = ("datasets", "optimizers", "training", "distribute", "cli")
 

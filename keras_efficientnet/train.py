@@ -22,10 +22,11 @@ def main(argv: list[str]) -> int:
         return 2
     # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    print(config.plan.describe(), flush=True)  # the plan and its global batch, first
     from keras_efficientnet.distribute import run
 
     try:
-        run(config)  # prints the execution plan and its global batch, then trains
+        run(config)
     except (ValueError, ImportError, ConnectionError) as error:
         # Bad input, a missing backend package or an unreachable peer: one clear line.
         print(f"error: {error}", file=sys.stderr)

@@ -7,6 +7,7 @@ import dataclasses
 from absl import flags
 
 from keras_efficientnet.training.config import TrainConfig
+from keras_efficientnet.training.plan import accumulation_for
 
 # Not a config field: it derives --gradient_accumulation (the config keeps the explicit factors).
 GLOBAL_BATCH_HELP = ("Examples per optimizer update; > 0 derives --gradient_accumulation = "
@@ -44,16 +45,8 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
     global_batch = flag_values["global_batch_size"].value if (
         "global_batch_size" in flag_values) else 0
     if global_batch:
-        from keras_efficientnet.distribute.plan import accumulation_for
-
-        accumulation = accumulation_for(global_batch, values["micro_batch_size"],
-                                        values["replicas"])
         given = flag_values["gradient_accumulation"]
-        if given.present and given.value != accumulation:
-            raise ValueError(
-                f"--global_batch_size={global_batch} needs --gradient_accumulation="
-                f"{accumulation} with --micro_batch_size={values['micro_batch_size']} x "
-                f"--replicas={values['replicas']}, but --gradient_accumulation={given.value}; "
-                "give one of the two")
-        values["gradient_accumulation"] = accumulation
+        values["gradient_accumulation"] = accumulation_for(
+            global_batch, values["micro_batch_size"], values["replicas"],
+            given.value if given.present else None)
     return TrainConfig(**values)

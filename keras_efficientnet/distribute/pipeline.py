@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
-from keras_efficientnet.distribute.plan import EXTRA_SPLIT_POINTS
+from keras_efficientnet.distribute import train_loop
+from keras_efficientnet.distribute.devices import local_devices
+from keras_efficientnet.distribute.planner import resolve_splits
+from keras_efficientnet.training.plan import ExecutionPlan, check_splits
+from keras_efficientnet.training.runtime import skip_seen
 
 
-def _all_layers(model: keras.Model) -> list[keras.Layer]:
-    # Keras 3 tracks sublayers (MBConvBlock.ordered_layers too); the private walker is the one
-    # place that sees them all, with `layers` as the fallback on versions without it.
-    walk = getattr(model, "_flatten_layers", None)
-    if walk is None:
-        return list(model.layers)
-    return list(walk(include_self=False, recursive=True))
+def _all_layers(layers) -> list[keras.Layer]:
+    # Blocks keep their sublayers in `ordered_layers` (MBConvBlock): walk them too.
+    found = []
+    for layer in layers:
+        found.append(layer)
+        found += _all_layers(getattr(layer, "ordered_layers", None) or ())
+    return found
 
 
 def batch_norm_layers(model: keras.Model) -> list[str]:
-    """Names of the BatchNormalization layers anywhere inside `model`."""
-    return [layer.path if hasattr(layer, "path") else layer.name for layer in _all_layers(model)
+    """Paths of the BatchNormalization layers anywhere inside `model` (blocks included)."""
+    return [layer.path for layer in _all_layers(model.layers)
             if isinstance(layer, keras.layers.BatchNormalization)]
 
 
@@ -29,20 +35,12 @@ def split_model(model: keras.Model, splits: tuple[str, ...]) -> list[keras.Model
     The EfficientNet graph is a chain ("stem", "block1a", ..., "head"), so each stage is that
     chain's layers re-applied to a new input of the boundary's shape.
     """
-    units = model.block_layers()
-    names = tuple(model.block_names) + EXTRA_SPLIT_POINTS
-    for split in splits:
-        if split not in names:
-            raise ValueError(f"pipeline split {split!r} is not a block of {model.name}; "
-                             f"valid split points: {list(names)}")
+    check_splits(splits, model.block_names, model.name)
     groups: list[list[keras.Layer]] = [[]]
-    for unit, layers in units.items():
+    for unit, layers in model.block_layers().items():
         if unit in splits:
             groups.append([])
         groups[-1].extend(layers)
-    if len(groups) != len(splits) + 1 or any(not g for g in groups):
-        raise ValueError(f"pipeline_splits {list(splits)} must be distinct and in forward "
-                         f"order of {list(names)}")
     stages = []
     for index, layers in enumerate(groups):
         boundary = layers[0].input
@@ -53,32 +51,6 @@ def split_model(model: keras.Model, splits: tuple[str, ...]) -> list[keras.Model
             x = layer(x)
         stages.append(keras.Model(inputs, x, name=f"{model.name}_stage{index}"))
     return stages
-
-
-def stage_devices(num_stages: int) -> list[str]:
-    """One device per stage: the local GPUs when there are enough, else logical CPU devices."""
-    gpus = tf.config.list_logical_devices("GPU")
-    if len(gpus) >= num_stages:
-        return [d.name for d in gpus[:num_stages]]
-    cpus = tf.config.list_logical_devices("CPU")
-    if len(cpus) >= num_stages or num_stages == 1:
-        return [d.name for d in cpus[:num_stages]]
-    raise ValueError(
-        f"{num_stages} pipeline stages need {num_stages} devices but this process has "
-        f"{len(gpus)} GPUs and {len(cpus)} CPU devices; use fewer stages, or (CPU tests) call "
-        f"keras_efficientnet.distribute.configure_logical_cpus({num_stages}) before TensorFlow "
-        "starts")
-
-
-def per_example_loss(loss):
-    """`loss` as a function returning one value per example (a Keras Loss loses its reduction)."""
-    if isinstance(loss, str):
-        loss = keras.losses.get(loss)
-    if isinstance(loss, keras.losses.Loss):
-        config = loss.get_config()
-        config["reduction"] = None
-        return type(loss).from_config(config)
-    return loss
 
 
 class PipelinedModel:
@@ -126,7 +98,8 @@ class PipelinedModel:
         self.splits = tuple(splits)
         self.micro_batches = micro_batches
         self.stages = split_model(model, self.splits)
-        self.devices = list(devices) if devices is not None else stage_devices(len(self.stages))
+        self.devices = (list(devices) if devices is not None
+                        else local_devices(len(self.stages), "pipeline stages"))
         if len(self.devices) != len(self.stages):
             raise ValueError(f"need one device per stage ({len(self.stages)}), received "
                              f"{self.devices}")
@@ -141,14 +114,6 @@ class PipelinedModel:
                 x = stage(x, training=training)
         return x
 
-    def stage_summary(self) -> str:
-        lines = []
-        for index, (stage, device) in enumerate(zip(self.stages, self.devices)):
-            count = sum(int(tf.size(v)) for v in stage.trainable_variables)
-            lines.append(f"  stage {index} on {device}: {len(stage.layers) - 1} layers, "
-                         f"{count} trainable parameters")
-        return "\n".join(lines)
-
     def compute_gradients(self, x, y, loss, global_batch_size: int | None = None,
                           scale_loss=None):
         """(summed loss, gradients in `model.trainable_variables` order) of one global batch.
@@ -158,7 +123,7 @@ class PipelinedModel:
         `scale_loss` (e.g. a LossScaleOptimizer's) scales each micro-batch's loss before the
         backward pass; the returned loss is unscaled.
         """
-        loss_fn = per_example_loss(loss)
+        loss_fn = train_loop.per_example_loss(loss)
         batch = x.shape[0]
         if batch is None or batch % self.micro_batches:
             raise ValueError(f"batch of {batch} examples cannot be cut into "
@@ -218,3 +183,45 @@ class PipelinedModel:
             return value
 
         return tf.function(step, jit_compile=False)
+
+
+class PipelinedRuntime:
+    """The default strategy with pipeline stages: one device per stage, GPipe steps.
+
+    Each step takes all micro-batches of one update (`PipelinedModel`) and the project's loop
+    runs it; the model itself lives on one device, so Keras evaluates it in place.
+
+    Args:
+        plan: an `ExecutionPlan` with strategy "default" and 2 or more stages.
+        devices: one device name per stage; None: the local GPUs, else logical CPU devices.
+    """
+
+    is_chief = True
+    evaluates_in_place = True
+
+    def __init__(self, plan: ExecutionPlan, devices: list[str] | None = None):
+        self.plan = plan
+        self.devices = devices
+
+    def start(self) -> None:
+        if self.devices is None:
+            self.devices = local_devices(self.plan.num_stages, "pipeline stages")
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def attach(self, model: keras.Model) -> None:
+        self.plan = resolve_splits(self.plan, model)
+
+    def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
+            callbacks=(), verbose=1):
+        pipe = PipelinedModel(model, self.plan.pipeline_splits,
+                              micro_batches=self.plan.micro_batches_per_step,
+                              devices=self.devices)
+        step = pipe.make_train_step(model.optimizer, model.loss)
+        data = skip_seen(make_dataset(None), initial_epoch=initial_epoch,
+                         steps_per_epoch=steps_per_epoch)
+        return train_loop.fit(model, step, data, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                              initial_epoch=initial_epoch,
+                              device_iterations=self.plan.device_iterations,
+                              callbacks=callbacks, verbose=verbose)

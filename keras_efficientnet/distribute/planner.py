@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 
 import keras
 
 from keras_efficientnet.models.macs import layer_macs
+from keras_efficientnet.training.plan import ExecutionPlan, check_splits
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,14 +73,13 @@ def unit_costs(model: keras.Model) -> list[UnitCost]:
     return costs
 
 
-def plan_splits(model: keras.Model, num_stages: int, *, activation_weight: float = 1.0,
-                verbose: bool = True) -> Split:
+def plan_splits(model: keras.Model, num_stages: int, *,
+                activation_weight: float = 1.0) -> Split:
     """Splits the chain into `num_stages` contiguous stages minimising the busiest stage.
 
     A stage's load is max(MAC share, `activation_weight` x activation share): the slowest stage
     sets the pipeline's pace and the fullest one its memory. Exact by dynamic programming over
-    the units ("stem", blocks, "head"); splits fall before a block or the head. Prints the split
-    with each stage's shares unless `verbose=False`.
+    the units ("stem", blocks, "head"); splits fall before a block or the head.
     """
     costs = unit_costs(model)
     if not isinstance(num_stages, int) or not 1 <= num_stages <= len(costs):
@@ -109,10 +113,7 @@ def plan_splits(model: keras.Model, num_stages: int, *, activation_weight: float
     for k in range(num_stages, 0, -1):
         bounds.append(cut[k][j])
         j = cut[k][j]
-    split = _split_of(costs, sorted(bounds)[1:])  # the first bound is always unit 0
-    if verbose:
-        print(split.describe())
-    return split
+    return _split_of(costs, sorted(bounds)[1:])  # the first bound is always unit 0
 
 
 def _split_of(costs: list[UnitCost], starts: list[int]) -> Split:
@@ -131,10 +132,19 @@ def _split_of(costs: list[UnitCost], starts: list[int]) -> Split:
 
 def describe_splits(model: keras.Model, splits: tuple[str, ...]) -> Split:
     """Each stage's share of MACs and activations for given split points (e.g. from flags)."""
+    check_splits(splits, model.block_names, model.name)
     costs = unit_costs(model)
     names = [c.name for c in costs]
-    unknown = [s for s in splits if s not in names]
-    if unknown:
-        raise ValueError(f"pipeline split(s) {unknown} are not units of {model.name}; valid: "
-                         f"{names}")
-    return _split_of(costs, sorted(names.index(s) for s in splits))
+    return _split_of(costs, [names.index(s) for s in splits])
+
+
+def resolve_splits(plan: ExecutionPlan, model: keras.Model) -> ExecutionPlan:
+    """`plan` with `auto:N` replaced by the planner's splits, checked on the built `model`; logs
+    each stage's share of MACs and activations."""
+    if plan.auto_stages:
+        plan = dataclasses.replace(plan, auto_stages=0,
+                                   pipeline_splits=plan_splits(model, plan.auto_stages).splits)
+    plan.check_block_names(model.block_names, model.name)
+    if plan.pipelined:
+        log.info("%s", describe_splits(model, plan.pipeline_splits).describe())
+    return plan

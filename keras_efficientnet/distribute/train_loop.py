@@ -1,18 +1,77 @@
-"""The project's own train step for tf.distribute and horovod (Keras 3 fit fails multi-worker)."""
+"""The project's own train step and loop, for plans Keras' `fit` cannot run.
+
+Keras 3 `fit` fails under MultiWorkerMirroredStrategy (keras#20585), horovod's Keras integration
+assumes tf.keras, and a step that sums several micro-batches' gradients before one update (the
+plan's accumulation with replicas, and pipeline stages) is not a Keras train step.
+"""
 
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from keras_efficientnet.distribute.pipeline import per_example_loss
+
+def per_example_loss(loss):
+    """`loss` as a function returning one value per example (a Keras Loss loses its reduction)."""
+    if isinstance(loss, str):
+        loss = keras.losses.get(loss)
+    if isinstance(loss, keras.losses.Loss):
+        config = loss.get_config()
+        config["reduction"] = None
+        return type(loss).from_config(config)
+    return loss
+
+
+def accumulate_gradients(model: keras.Model, x, y, loss_fn, *, divisor, micro_batches: int = 1,
+                         regularization_weight: float = 1.0, scale_loss=None):
+    """(loss, gradients) summed over `micro_batches` equal pieces of the batch `(x, y)`.
+
+    Each piece contributes sum(per-example loss) / `divisor` (+ `regularization_weight` x the
+    model's own losses), so with `divisor` the examples of one update the sum is the gradient of
+    the update's mean loss, exactly as one pass over all its examples (for batch-independent
+    norms; BatchNorm sees each micro-batch's statistics, as Keras' accumulating optimizer does).
+    `scale_loss` (a LossScaleOptimizer's) scales each piece's loss before the backward pass; the
+    returned loss is unscaled. The pieces run in a `tf.range` loop: one traced body, whatever the
+    accumulation count.
+    """
+    variables = model.trainable_variables
+
+    def one(xm, ym):
+        with tf.GradientTape() as tape:
+            # Losses in float32 whatever the compute precision (mixed_float16 outputs float16).
+            predictions = tf.cast(model(xm, training=True), tf.float32)
+            value = tf.reduce_sum(loss_fn(ym, predictions)) / divisor
+            if model.losses:
+                value += tf.add_n(model.losses) * regularization_weight
+            scaled = scale_loss(value) if scale_loss is not None else value
+        grads = tape.gradient(scaled, variables,
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return value, grads
+
+    if micro_batches == 1:
+        return one(x, y)
+    batch = x.shape[0]
+    if batch is not None and batch % micro_batches:
+        raise ValueError(f"a batch of {batch} examples cannot be cut into {micro_batches} "
+                         "equal micro-batches")
+    xs = tf.reshape(x, [micro_batches, -1, *x.shape[1:]])
+    ys = tf.reshape(y, [micro_batches, -1, *y.shape[1:]])
+    # Sums start at zero so that the model is traced once, in the loop body.
+    total = tf.zeros([], tf.float32)
+    grads = [tf.zeros(v.shape, v.dtype) for v in variables]
+    for m in tf.range(micro_batches):
+        value, more = one(xs[m], ys[m])
+        total += value
+        grads = [a + b for a, b in zip(grads, more)]
+    return total, grads
 
 
 def distribute_batch(strategy, x, y):
-    """Cuts one global batch (held whole by every worker) into each local replica's slice.
+    """Cuts one global batch (held whole by this process) into each local replica's slice.
 
-    Replica r of R takes rows [r * n / R, (r + 1) * n / R): the same split on every worker, so
-    the replicas together see the global batch exactly once.
+    Replica r of R takes rows [r * n / R, (r + 1) * n / R), so the replicas together see the
+    batch exactly once.
     """
     replicas = strategy.num_replicas_in_sync
     batch = int(x.shape[0])
@@ -21,40 +80,39 @@ def distribute_batch(strategy, x, y):
                          f"{replicas} replicas")
     per_replica = batch // replicas
 
-    def piece(context):
+    def piece(context, tensor):
         start = context.replica_id_in_sync_group * per_replica
-        return x[start:start + per_replica], y[start:start + per_replica]
+        return tensor[start:start + per_replica]
 
     # Two calls (images, labels) keep each a plain per-replica value that `strategy.run` takes.
-    images = strategy.experimental_distribute_values_from_function(lambda c: piece(c)[0])
-    labels = strategy.experimental_distribute_values_from_function(lambda c: piece(c)[1])
+    images = strategy.experimental_distribute_values_from_function(lambda c: piece(c, x))
+    labels = strategy.experimental_distribute_values_from_function(lambda c: piece(c, y))
     return images, labels
 
 
 def make_train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, loss, *,
-                    global_batch_size: int, strategy=None):
-    """A `tf.function` step(x, y) -> mean loss, for one device, mirrored or multi-worker.
+                    global_batch_size: int, strategy=None, micro_batches: int = 1):
+    """A `tf.function` step(x, y) -> mean loss of one update, on one device or any strategy.
 
-    `x, y = distribute_batch(strategy, images, labels)`. Each replica divides its summed loss by the
-    *global* batch, so the strategy's all-reduce (a sum, done inside `optimizer.apply`) yields
-    the gradient of the global-batch mean. Build the model and call this under `strategy.scope()`.
+    Each replica sums the gradients of its `micro_batches` micro-batches (see
+    `accumulate_gradients`) with every example's loss divided by `global_batch_size` (the
+    examples of one update, all replicas together), then `optimizer.apply` all-reduces (a sum)
+    and updates once: the gradient of the update's mean loss. Build the model and call this
+    under `strategy.scope()`; feed per-replica values (`distribute_batch`, or a distributed
+    dataset).
     """
     strategy = strategy or tf.distribute.get_strategy()
     loss_fn = per_example_loss(loss)
     variables = model.trainable_variables
     with strategy.scope():
         optimizer.build(variables)  # Slots must exist before the step is traced in a replica.
+    weight = 1.0 / (strategy.num_replicas_in_sync * micro_batches)
 
     def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            # Losses in float32 whatever the compute precision (mixed_float16 outputs float16).
-            predictions = tf.cast(model(x, training=True), tf.float32)
-            value = tf.reduce_sum(loss_fn(y, predictions)) / global_batch_size
-            if model.losses:
-                value += tf.add_n(model.losses) / strategy.num_replicas_in_sync
-            # A LossScaleOptimizer (mixed_float16) scales here and unscales in `apply`.
-            scaled = optimizer.scale_loss(value)
-        grads = tape.gradient(scaled, variables)
+        value, grads = accumulate_gradients(
+            model, x, y, loss_fn, divisor=global_batch_size, micro_batches=micro_batches,
+            regularization_weight=weight, scale_loss=optimizer.scale_loss)
+        # A LossScaleOptimizer (mixed_float16) unscales in `apply`.
         optimizer.apply(grads, variables)
         return value
 
@@ -65,52 +123,20 @@ def make_train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, l
     return tf.function(step, jit_compile=False)
 
 
-def import_horovod():
-    """`horovod.tensorflow`, or an ImportError saying how to install it."""
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError as error:
-        raise ImportError(
-            f"backend 'horovod' needs horovod built for TensorFlow ({error}); run "
-            "`make install-horovod` (builds horovod 0.28.1 into .venv) and launch with "
-            "`horovodrun -np N python -m keras_efficientnet.train ...`") from None
-    return hvd
+def check_same_start(initial_epoch: int, sum_over_replicas, replicas: int) -> None:
+    """Raises unless every replica resumes from `initial_epoch`.
 
-
-def broadcast_variables(variables, hvd=None, root_rank: int = 0) -> None:
-    """Copies rank `root_rank`'s values into every worker's `variables` (call once, first)."""
-    hvd = hvd or import_horovod()
-    for variable in variables:
-        variable.assign(hvd.broadcast(variable.value, root_rank=root_rank,
-                                      name=variable.path.replace("/", "_")))
-
-
-def make_horovod_train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, loss, *,
-                            hvd=None):
-    """A `tf.function` step(x, y) -> loss averaged over workers, with horovod's allreduce.
-
-    Each worker takes the mean over its own batch; `hvd.allreduce(..., op=hvd.Average)` then
-    averages gradients (and the reported loss), so equal worker batches give the global mean.
-    Horovod's Keras callbacks and DistributedOptimizer assume tf.keras, hence the low-level API.
+    `sum_over_replicas(array)` all-reduces a float64 array (each replica contributes its
+    own). All values are equal exactly when n * sum(e^2) == sum(e)^2, and every process sees the
+    same sums, so all raise together instead of some waiting forever in a collective.
     """
-    hvd = hvd or import_horovod()
-    loss_fn = per_example_loss(loss)
-    variables = model.trainable_variables
-    optimizer.build(variables)
-
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            predictions = tf.cast(model(x, training=True), tf.float32)
-            value = tf.reduce_mean(loss_fn(y, predictions))
-            if model.losses:
-                value += tf.add_n(model.losses)
-            scaled = optimizer.scale_loss(value)
-        grads = tape.gradient(scaled, variables)
-        grads = [hvd.allreduce(g, op=hvd.Average, name=f"grad_{i}") for i, g in enumerate(grads)]
-        optimizer.apply(grads, variables)
-        return hvd.allreduce(value, op=hvd.Average, name="loss")
-
-    return tf.function(step, jit_compile=False)
+    total, squares = sum_over_replicas(np.array([initial_epoch, initial_epoch ** 2], "float64"))
+    if not np.isclose(replicas * squares, total * total):
+        raise ValueError(
+            f"the workers resume from different epochs (this one from epoch {initial_epoch}, "
+            f"the mean over the {replicas} replicas is {total / replicas:g}): every worker must "
+            "read the chief's checkpoints, so give all of them the same --model_dir on a "
+            "filesystem they share (or --noresume on all)")
 
 
 def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
@@ -118,11 +144,11 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
         verbose: int = 1) -> keras.callbacks.History:
     """The project's training loop: `step(x, y) -> loss` over `data`, with Keras callbacks.
 
-    What `model.fit` does, for steps it cannot run (multi-worker, horovod, pipeline stages):
-    epochs of `steps_per_epoch` steps from one iterator over `data` (global batches, each cut by
-    `distribute(x, y)`), `device_iterations` steps per host call, and the callbacks' hooks in
-    Keras' order with `logs["loss"]` the epoch's running mean loss. `model.stop_training` stops
-    it. Returns the History callback, as `fit` does.
+    What `model.fit` does, for steps it cannot run: epochs of `steps_per_epoch` steps from one
+    iterator over `data` (each element cut by `distribute(x, y)` when given), `device_iterations`
+    steps per host call, and the callbacks' hooks in Keras' order with `logs["loss"]` the
+    epoch's running mean loss. `model.stop_training` stops it. Returns the History callback, as
+    `fit` does.
     """
     if not isinstance(device_iterations, int) or device_iterations < 1:
         raise ValueError(f"device_iterations must be a positive int, received "
@@ -156,24 +182,3 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
             break
     callbacks.on_train_end(dict(logs))
     return model.history
-
-
-def run_steps(step, batches, *, device_iterations: int = 1) -> list[float]:
-    """Runs `step(x, y)` over (x, y) batches, `device_iterations` steps per host round trip.
-
-    Returns the per-step losses. Grouping steps into one `tf.function` call is what the plan's
-    device iterations mean off the IPU: fewer host synchronisations per step.
-    """
-    if not isinstance(device_iterations, int) or device_iterations < 1:
-        raise ValueError(f"device_iterations must be a positive int, received "
-                         f"{device_iterations!r}")
-    batches = list(batches)
-
-    @tf.function(jit_compile=False)
-    def several(group):
-        return [step(x, y) for x, y in group]
-
-    losses: list[float] = []
-    for start in range(0, len(batches), device_iterations):
-        losses += [float(v) for v in several(batches[start:start + device_iterations])]
-    return losses

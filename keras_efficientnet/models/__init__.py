@@ -1,8 +1,15 @@
 """EfficientNet models, their presets and their multiply-accumulate counts."""
 
 from keras_efficientnet.models.efficientnet import (
-    B0_STAGES, SCALING, VARIANTS, BlockSpec, EfficientNet, block_specs, round_filters,
-    round_repeats)
+    B0_STAGES,
+    SCALING,
+    VARIANTS,
+    BlockSpec,
+    EfficientNet,
+    block_specs,
+    round_filters,
+    round_repeats,
+)
 from keras_efficientnet.models.macs import count_macs, layer_macs
 from keras_efficientnet.models.presets import PRESETS, preset_config
 

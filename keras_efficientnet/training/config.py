@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
+
+from keras_efficientnet.training.plan import PRECISIONS, STRATEGIES, ExecutionPlan, plan_from_values
 
 MODES = ("train", "evaluate", "finetune", "train_and_finetune")
 OPTIMIZERS = ("rmsprop", "lars", "sgd")
 DECAYS = ("exponential", "cosine", "polynomial", "constant")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-# Execution backends (keras_efficientnet.distribute builds and checks the plan from these fields).
-BACKENDS = ("default", "mirrored", "multiworker", "horovod", "ipu")
 
 
 def _f(default, help: str, choices=None):
@@ -58,16 +58,18 @@ class TrainConfig:
     train_resolution: int = _f(0, "Training resolution; 0 = the variant's native one.")
     test_resolution: int = _f(0, "Evaluation and fine-tune resolution; 0 = native.")
 
-    # Batch and execution plan (see keras_efficientnet.distribute).
-    backend: str = _f("default", "Where the step runs: one device, mirrored (local GPUs, or "
-                                 "logical CPUs when there is none), multiworker (TF_CONFIG), "
-                                 "horovod (horovodrun) or ipu.", BACKENDS)
+    # Batch and execution plan (`config.plan`; keras_efficientnet.distribute runs it).
+    strategy: str = _f("default", "Distribution strategy: one device, mirrored (local GPUs, or "
+                                  "logical CPUs when there is none), multiworker (TF_CONFIG), "
+                                  "horovod (horovodrun) or ipu (see README: needs Graphcore's "
+                                  "SDK, cannot run with Keras 3).", STRATEGIES)
     micro_batch_size: int = _f(32, "Examples per replica per forward pass.")
     gradient_accumulation: int = _f(1, "Micro-batches accumulated per optimizer step.")
     replicas: int = _f(1, "Data-parallel replicas (global batch = micro x accum x replicas).")
     pipeline_splits: str = _f("", "Blocks that start pipeline stages 1, 2, ... (e.g. block4a), "
                                   "or auto:N for the planner's N stages; empty = no pipeline.")
-    device_iterations: int = _f(1, "Training steps per host call (Keras steps_per_execution).")
+    device_iterations: int = _f(1, "Optimizer updates per host call (steps_per_execution is "
+                                   "this x the micro-batch steps per update).")
     precision: str = _f("float32", "Compute precision.", PRECISIONS)
 
     # Optimisation.
@@ -94,7 +96,8 @@ class TrainConfig:
 
     # Length.
     epochs: int = _f(10, "Training epochs.")
-    steps_per_epoch: int = _f(0, "Steps per epoch; 0 = one pass over the training split.")
+    steps_per_epoch: int = _f(0, "Optimizer updates per epoch; 0 = one pass over the training "
+                                 "split (its examples // the global batch).")
     eval_steps: int = _f(0, "Evaluation batches; 0 = the whole split.")
     finetune_epochs: int = _f(2, "Fine-tune epochs at the test resolution.")
     finetune_learning_rate: float = _f(0.0, "Fine-tune peak rate; 0 = a tenth of training's.")
@@ -102,9 +105,14 @@ class TrainConfig:
                                   "evaluate; empty = model_dir's latest.")
     verbose: int = _f(1, "0 silent, 1 progress bar, 2 one line per epoch.")
 
+    @functools.cached_property
+    def plan(self) -> ExecutionPlan:
+        """The execution plan of these fields: batch sizes and step counts derive from it."""
+        return plan_from_values(self.to_dict())
+
     @property
     def global_batch_size(self) -> int:
-        return self.micro_batch_size * self.gradient_accumulation * self.replicas
+        return self.plan.global_batch_size
 
     def peak_learning_rate(self) -> float:
         if self.learning_rate > 0:
@@ -170,3 +178,14 @@ def validate(config: TrainConfig) -> None:
             raise ValueError(f"--{name} must be 0 (native) or >= 32, received {value}")
     if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
         raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")
+    # The plan's own rules (strategy, replicas and stages together) and its split names.
+    config.plan.check_block_names(preset_block_names(config.model), config.model)
+
+
+def preset_block_names(model: str) -> list[str]:
+    """Block names of a preset (split points), without building the model."""
+    from keras_efficientnet.models.efficientnet import SCALING, block_specs
+    from keras_efficientnet.models.presets import preset_config
+
+    scaling = SCALING[preset_config(model)["variant"]]
+    return [spec.name for spec in block_specs(scaling.width, scaling.depth)]

@@ -16,9 +16,14 @@ from keras_efficientnet import optimizers as opt_lib
 from keras_efficientnet.models.efficientnet import SCALING, EfficientNet
 from keras_efficientnet.models.presets import preset_config
 from keras_efficientnet.training.callbacks import (
-    EpochCheckpoint, NonFiniteLossGuard, Throughput, WeightAverage)
+    EpochCheckpoint,
+    NonFiniteLossGuard,
+    Throughput,
+    WeightAverage,
+)
 from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
+from keras_efficientnet.training.runtime import OneDevice
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -27,52 +32,9 @@ log = logging.getLogger("keras_efficientnet")
 HEAD_LAYERS = ("head_conv", "head_norm", "head_act", "predictions")
 
 
-class OneDevice:
-    """The runtime of the default plan: one device, Keras' `fit`.
-
-    `keras_efficientnet.distribute.Runtime` has the same members for the other plans (replicas,
-    pipeline stages, multi-worker, horovod, IPU); `distribute.run(config)` builds it from the
-    config and passes it to `train_and_evaluate`.
-    """
-
-    is_chief = True
-    one_device = True
-    owns_loop = False
-    accumulates_in_step = False
-
-    def scope(self):
-        return contextlib.nullcontext()
-
-    def attach(self, model: keras.Model) -> None:
-        pass
-
-    def fit(self, model, data, *, epochs, steps_per_epoch, initial_epoch=0, callbacks=(),
-            verbose=1):
-        return model.fit(data, epochs=epochs, initial_epoch=initial_epoch,
-                         steps_per_epoch=steps_per_epoch, callbacks=list(callbacks),
-                         shuffle=False, verbose=verbose)
-
-
-def _check_runtime(config: TrainConfig, runtime) -> object:
-    if runtime is not None:
-        return runtime
-    if config.backend != "default" or config.replicas > 1 or config.pipeline_splits:
-        raise ValueError(
-            f"--backend={config.backend} --replicas={config.replicas} "
-            f"--pipeline_splits={config.pipeline_splits!r} need an execution runtime: run "
-            "`python -m keras_efficientnet.train`, or call "
-            "keras_efficientnet.distribute.run(config) instead of train_and_evaluate(config)")
-    return OneDevice()
-
-
-def host_batch_size(config: TrainConfig, runtime) -> int:
-    """Examples per batch the host pipeline yields: one step's global batch.
-
-    Micro-batch x replicas; x accumulation too when one step takes all micro-batches of an
-    update (pipeline stages), where otherwise the optimizer accumulates over steps.
-    """
-    batch = config.micro_batch_size * config.replicas
-    return batch * config.gradient_accumulation if runtime.accumulates_in_step else batch
+def _runtime_or_one_device(config: TrainConfig, runtime):
+    """`runtime`, or the one-device runtime when the config's plan needs no other."""
+    return runtime if runtime is not None else OneDevice(config.plan)
 
 
 def resolutions(config: TrainConfig) -> tuple[int, int]:
@@ -106,7 +68,8 @@ def build_model(config: TrainConfig, resolution: int, num_classes: int) -> Effic
 
 def lr_schedule(config: TrainConfig, steps_per_epoch: int, epochs: int,
                 peak: float) -> opt_lib.WarmupSchedule:
-    """Warm-up then the configured decay, in the optimizer's (micro-batch) step units."""
+    """Warm-up then the configured decay, in optimizer steps (`plan.optimizer_steps_per_epoch`:
+    Keras' accumulating optimizer counts every micro-batch)."""
     total = max(1, epochs * steps_per_epoch)
     warmup = min(int(round(config.warmup_epochs * steps_per_epoch)), total - 1)
     kwargs = {}
@@ -120,10 +83,11 @@ def lr_schedule(config: TrainConfig, steps_per_epoch: int, epochs: int,
 
 
 def build_optimizer(config: TrainConfig, schedule) -> keras.optimizers.Optimizer:
-    """RMSPropTF, LARS or momentum SGD with the config's weight decay and accumulation."""
+    """RMSPropTF, LARS or momentum SGD with the config's weight decay, accumulating where the
+    plan leaves accumulation to the optimizer (one unsplit device)."""
     common = {}
-    if config.gradient_accumulation > 1:
-        common["gradient_accumulation_steps"] = config.gradient_accumulation
+    if config.plan.optimizer_accumulation > 1:
+        common["gradient_accumulation_steps"] = config.plan.optimizer_accumulation
     if config.ema_decay > 0:
         common.update(use_ema=True, ema_momentum=config.ema_decay)
     if config.optimizer == "rmsprop":
@@ -151,21 +115,25 @@ def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classe
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="top1"),
                    keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5")]
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=False,
-                  steps_per_execution=config.device_iterations)
+                  steps_per_execution=config.plan.steps_per_execution)
 
 
 def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
                    repeat: bool, num_classes: int | None = None, augment: bool | None = None,
-                   batch_size: int | None = None):
+                   input_context=None):
     """The host pipeline for one phase; `augment=False` gives eval preprocessing, shuffled.
 
-    `batch_size` defaults to micro-batch x replicas (one step's global batch)."""
+    Training batches hold one step of the plan (`plan.examples_per_step`); with an
+    `input_context` (a `tf.distribute.InputContext` from the runtime) this pipeline reads only its
+    shard and yields the per-replica share. Evaluation batches hold `plan.forward_batch_size`.
+    """
     from keras_efficientnet import datasets
 
     augment = training if augment is None else augment
+    batch_size = config.plan.examples_per_step if training else config.plan.forward_batch_size
     return datasets.make_dataset(
-        config.dataset, split, image_size=resolution,
-        batch_size=batch_size or config.micro_batch_size * config.replicas, training=training,
+        config.dataset, split, image_size=resolution, batch_size=batch_size,
+        input_context=input_context, training=training,
         augment=augment, data_dir=config.data_dir or None, num_classes=num_classes,
         mixup_alpha=config.mixup_alpha if augment else 0.0,
         cutmix_lambda=(config.cutmix_lambda or None) if augment else None,
@@ -214,34 +182,6 @@ def evaluate(model: keras.Model, dataset, steps: int | None, verbose: int = 0) -
             "loss": float(results["loss"])}
 
 
-def steps_per_epoch(config: TrainConfig, train_examples: int) -> int:
-    """Micro-batch steps per epoch, rounded down to whole optimizer (accumulated) steps.
-
-    A step takes micro-batch x replicas examples; --steps_per_epoch overrides the count.
-    """
-    per_step = config.micro_batch_size * config.replicas
-    steps = config.steps_per_epoch or max(1, train_examples // per_step)
-    steps -= steps % config.gradient_accumulation
-    if steps < 1:
-        raise ValueError(
-            f"an epoch of {train_examples} examples cannot form one optimizer step of "
-            f"{config.global_batch_size} examples; lower --micro_batch_size or "
-            "--gradient_accumulation")
-    return steps
-
-
-def data_steps_per_epoch(config: TrainConfig, train_examples: int, runtime) -> int:
-    """Host batches per epoch: micro-batch steps, or optimizer updates when one step takes
-    all micro-batches of an update (the unit of the learning-rate schedule too)."""
-    steps = steps_per_epoch(config, train_examples)
-    return steps // config.gradient_accumulation if runtime.accumulates_in_step else steps
-
-
-def _optimizer_config(config: TrainConfig, runtime) -> TrainConfig:
-    # A pipelined step accumulates its micro-batches itself: the optimizer must not again.
-    return config.replace(gradient_accumulation=1) if runtime.accumulates_in_step else config
-
-
 def train(config: TrainConfig, num_classes: int, train_examples: int,
           extra_callbacks: list | None = None, runtime=None) -> dict:
     """Trains at the training resolution with checkpoints and resume; returns a summary.
@@ -250,9 +190,11 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     (default: one device) places the model and runs the steps; only its chief process writes
     checkpoints and TensorBoard logs.
     """
-    runtime = _check_runtime(config, runtime)
+    runtime = _runtime_or_one_device(config, runtime)
+    plan = config.plan
     train_res, _ = resolutions(config)
-    steps = data_steps_per_epoch(config, train_examples, runtime)
+    updates = plan.updates_per_epoch(train_examples, config.steps_per_epoch)
+    steps = plan.host_steps_per_epoch(updates)
     manager = CheckpointManager(Path(config.model_dir) / "checkpoints", config.keep_checkpoints)
     latest = manager.latest() if config.resume else None
     state = {}
@@ -262,8 +204,9 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     with runtime.scope():
         model = build_model(config, train_res, num_classes)
         runtime.attach(model)
-        schedule = lr_schedule(config, steps, config.epochs, config.peak_learning_rate())
-        optimizer = build_optimizer(_optimizer_config(config, runtime), schedule)
+        schedule = lr_schedule(config, plan.optimizer_steps_per_epoch(updates), config.epochs,
+                               config.peak_learning_rate())
+        optimizer = build_optimizer(config, schedule)
         compile_model(model, optimizer, config, num_classes)
         if latest is not None:
             model.optimizer.build(model.trainable_variables)
@@ -272,26 +215,27 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     initial_epoch = state.get("epoch", 0)
     average = (WeightAverage(config.weight_average_decay, state.get("average"))
                if config.weight_average_decay > 0 else None)
-    batch = host_batch_size(config, runtime)
-    throughput = Throughput(batch, config.device_iterations)
+    throughput = Throughput(plan.examples_per_step, plan.steps_per_execution)
     # Other workers keep the weight average and history but write nothing.
     checkpointer = EpochCheckpoint(manager if runtime.is_chief else None, average,
                                    {"config": config.to_dict()}, steps)
     checkpointer.history = list(state.get("history", []))
     callbacks = [throughput,
-                 NonFiniteLossGuard(steps, initial_epoch, config.device_iterations, manager),
+                 NonFiniteLossGuard(steps, initial_epoch, plan.steps_per_execution, manager),
                  checkpointer]
     if runtime.is_chief:
         callbacks.append(keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
                                                      update_freq="epoch"))
     callbacks += extra_callbacks or []
     if initial_epoch < config.epochs:
-        # The data position is restored by skipping the batches already seen: the pipeline
-        # is seeded, so the resumed run sees exactly what the uninterrupted one would.
-        data = build_datasets(config, train_res, training=True, split=config.train_split,
-                              repeat=True, num_classes=num_classes, batch_size=batch)
-        data = data.skip(initial_epoch * steps)
-        runtime.fit(model, data, epochs=config.epochs, initial_epoch=initial_epoch,
+        # The runtime skips the batches already seen (the pipeline is seeded, so a resumed run
+        # sees exactly what the uninterrupted one would) and shards the input where it has to.
+        def make_dataset(input_context):
+            return build_datasets(config, train_res, training=True, split=config.train_split,
+                                  repeat=True, num_classes=num_classes,
+                                  input_context=input_context)
+
+        runtime.fit(model, make_dataset, epochs=config.epochs, initial_epoch=initial_epoch,
                     steps_per_epoch=steps, callbacks=callbacks, verbose=config.verbose)
     return {"model": model, "average": average, "history": checkpointer.history,
             "images_per_second": throughput.images_per_second,
@@ -329,10 +273,12 @@ def finetune(config: TrainConfig, model_weights: list, num_classes: int,
              train_examples: int, runtime=None) -> tuple[keras.Model, dict]:
     """Trains only the head block at the test resolution, on training images with eval
     preprocessing (Masters et al. 2021, section 5), from `model_weights`, under `runtime`."""
-    runtime = _check_runtime(config, runtime)
+    runtime = _runtime_or_one_device(config, runtime)
+    plan = config.plan
     _, test_res = resolutions(config)
     keras.utils.set_random_seed(config.seed + 1)
-    steps = data_steps_per_epoch(config, train_examples, runtime)
+    updates = plan.updates_per_epoch(train_examples, config.steps_per_epoch)
+    steps = plan.host_steps_per_epoch(updates)
     peak = config.finetune_learning_rate or config.peak_learning_rate() / 10
     tuned = config.replace(mixup_alpha=0.0, cutmix_lambda=0.0, lr_schedule="cosine",
                            warmup_epochs=0.0, ema_decay=0.0)
@@ -342,16 +288,20 @@ def finetune(config: TrainConfig, model_weights: list, num_classes: int,
         for layer in model.layers:
             layer.trainable = layer.name in HEAD_LAYERS
         runtime.attach(model)
-        schedule = lr_schedule(tuned, steps, config.finetune_epochs, peak)
-        compile_model(model, build_optimizer(_optimizer_config(tuned, runtime), schedule),
-                      tuned, num_classes)
-    batch = host_batch_size(config, runtime)
-    throughput = Throughput(batch, config.device_iterations)
-    data = build_datasets(tuned, test_res, training=True, augment=False,
-                          split=config.train_split, repeat=True, num_classes=num_classes,
-                          batch_size=batch)
-    history = runtime.fit(model, data, epochs=config.finetune_epochs, steps_per_epoch=steps,
-                          callbacks=[throughput, NonFiniteLossGuard(steps)],
+        schedule = lr_schedule(tuned, plan.optimizer_steps_per_epoch(updates),
+                               config.finetune_epochs, peak)
+        compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
+    throughput = Throughput(plan.examples_per_step, plan.steps_per_execution)
+
+    def make_dataset(input_context):
+        return build_datasets(tuned, test_res, training=True, augment=False,
+                              split=config.train_split, repeat=True, num_classes=num_classes,
+                              input_context=input_context)
+
+    history = runtime.fit(model, make_dataset, epochs=config.finetune_epochs,
+                          steps_per_epoch=steps,
+                          callbacks=[throughput, NonFiniteLossGuard(
+                              steps, steps_per_execution=plan.steps_per_execution)],
                           verbose=config.verbose)
     return model, {"history": history.history, "images_per_second":
                    throughput.images_per_second, "resolution": test_res}
@@ -379,12 +329,11 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
     one device in every process; only the chief process writes results and weights.
     """
     started = time.perf_counter()
-    runtime = _check_runtime(config, runtime)
+    runtime = _runtime_or_one_device(config, runtime)
     train_examples, eval_examples, num_classes = dataset_facts(config)
     train_res, test_res = resolutions(config)
     # Counting the batches keeps Keras from warning that a finite dataset "ran out of data".
-    eval_batch = config.micro_batch_size * config.replicas
-    eval_steps = config.eval_steps or -(-eval_examples // eval_batch)
+    eval_steps = config.eval_steps or -(-eval_examples // config.plan.forward_batch_size)
     results = {"mode": config.mode, "model": config.model, "dataset": config.dataset,
                "global_batch_size": config.global_batch_size, "num_classes": num_classes,
                "train_examples": train_examples, "eval_examples": eval_examples,
@@ -404,13 +353,13 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
             keras.utils.set_random_seed(config.seed)
             model = build_model(config, test_res, num_classes)
             weights_from = load_weights_for(config, model)
-        eval_data = lambda res: build_datasets(  # noqa: E731
+        eval_data = lambda res: build_datasets(
             config, res, training=False, split=config.eval_split, repeat=False,
             num_classes=num_classes)
         evaluation_model = model  # evaluate/finetune modes built it at the test resolution
         # A model built under a strategy is evaluated through a one-device copy (Keras'
         # evaluate is not made for multi-worker strategies; every process gets the same result).
-        if model.input_shape[1] != test_res or not runtime.one_device:
+        if model.input_shape[1] != test_res or not runtime.evaluates_in_place:
             evaluation_model = build_model(config, test_res, num_classes)
             evaluation_model.set_weights(model.get_weights())
         compile_model(evaluation_model, "sgd", config, num_classes)
@@ -421,7 +370,7 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
         if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
             tuned, info = finetune(config, model.get_weights(), num_classes, train_examples,
                                    runtime=runtime)
-            if not runtime.one_device:
+            if not runtime.evaluates_in_place:
                 copy = build_model(config, test_res, num_classes)
                 copy.set_weights(tuned.get_weights())
                 compile_model(copy, "sgd", config, num_classes)

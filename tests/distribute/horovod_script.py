@@ -1,4 +1,5 @@
-"""Run under `horovodrun -np 2`: 3 horovod steps on a small model; rank 0 also runs a reference.
+"""Run as `horovodrun -np 2 python -m tests.distribute.horovod_script OUT`: 3 horovod steps on a
+small model; rank 0 also runs a reference.
 
 Saves each rank's final weights and (rank 0) a single-process run on the whole batch, starting
 from rank 0's initial weights, to the folder given as the first argument.
@@ -7,15 +8,12 @@ from rank 0's initial weights, to the folder given as the first argument.
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
 
-import horovod.tensorflow as hvd  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from keras_efficientnet.distribute import train_loop  # noqa: E402
+from keras_efficientnet.distribute import horovod
 
 LOSS = keras.losses.CategoricalCrossentropy()
 
@@ -34,11 +32,11 @@ def main(out: str) -> None:
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     model = small_model(10 + rank)  # different on purpose: the broadcast must align them
-    train_loop.broadcast_variables(model.variables)
+    horovod.broadcast_variables(model.variables)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4 * size, 3)).astype("float32")
     y = np.eye(2, dtype="float32")[rng.integers(0, 2, 4 * size)]
-    step = train_loop.make_horovod_train_step(model, keras.optimizers.SGD(0.5), LOSS)
+    step = horovod.make_horovod_train_step(model, keras.optimizers.SGD(0.5), LOSS)
     for _ in range(3):
         step(tf.constant(x[4 * rank:4 * rank + 4]), tf.constant(y[4 * rank:4 * rank + 4]))
     np.save(os.path.join(out, f"rank{rank}.npy"), flat(model))

@@ -1,29 +1,26 @@
 """Run in a fresh process: pipelined and mirrored steps on logical CPUs vs unsplit references.
 
-Prints one JSON object of measured differences, which test_distribute_multiprocess.py asserts
-on; given a path, also saves the multi-worker test's single-process reference weights there.
-Device configuration must precede TensorFlow's initialisation, hence a separate process.
+`python -m tests.distribute.multidevice_script [OUT.npz]` prints one JSON object of measured
+differences, which test_distribute_multiprocess.py asserts on; given a path, it also saves the
+multi-worker test's one-device reference weights there. Device configuration must precede
+TensorFlow's initialisation, hence a separate process.
 """
 
 import json
-import os
 import sys
 import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from keras_efficientnet.distribute import devices
 
-import keras  # noqa: E402
+DEVICES = devices.configure_logical_cpus(4)
+
+import keras  # noqa: E402 - after the CPU split, which must come before TensorFlow starts
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_efficientnet.distribute import strategies  # noqa: E402
-
-DEVICES = strategies.configure_logical_cpus(4)
-
 import keras_efficientnet as ke  # noqa: E402
 from keras_efficientnet.distribute import pipeline  # noqa: E402
-from keras_efficientnet.distribute.plan import plan  # noqa: E402
+from tests.distribute import trainer_runs  # noqa: E402
 
 BATCH, MICRO = 8, 4
 LOSS = keras.losses.CategoricalCrossentropy()
@@ -64,15 +61,6 @@ def max_diff(a, b):
     return float(max(np.max(np.abs(np.asarray(u) - np.asarray(v))) for u, v in zip(a, b)))
 
 
-def sgd_step(step_of_optimizer, model, x, y):
-    """Gradients as measured by one plain-SGD step with learning rate 1: w_before - w_after."""
-    before = [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
-    step = step_of_optimizer(keras.optimizers.SGD(1.0))
-    loss = float(step(x, y))
-    after = [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
-    return loss, [b - a for b, a in zip(before, after)]
-
-
 out = {"devices": DEVICES}
 base = tiny()
 x, y = data(1)
@@ -80,18 +68,13 @@ ref = reference_gradients(base, x, y)
 out["grad_scale"] = float(max(np.max(np.abs(g)) for g in ref))
 out["reference_loss"] = float(LOSS(y, base(x, training=True)))
 
-# Two stages: the compiled train step (GPipe schedule in one graph), gradients read back from a
-# plain-SGD update. Four stages: the same code run eagerly, which is much cheaper than tracing.
-model = clone(base)
-pipe = pipeline.PipelinedModel(model, ("block3a",), micro_batches=2)
-forward = max_diff([pipe(x)], [base(x)])
-loss, grads = sgd_step(lambda opt: pipe.make_train_step(opt, LOSS), model, x, y)
-out["two"] = {"devices": pipe.devices, "grad_diff": max_diff(grads, ref), "loss": loss,
-              "forward_diff": forward}
-pipe = pipeline.PipelinedModel(clone(base), ("block2a", "block4a", "block6a"), micro_batches=2)
-loss, grads = pipe.compute_gradients(x, y, LOSS)
-out["four"] = {"devices": pipe.devices, "grad_diff": max_diff(grads, ref), "loss": float(loss),
-               "forward_diff": max_diff([pipe(x)], [base(x)])}
+# Two and four stages, eagerly (tracing is what costs here; the compiled step runs in the
+# trainer's pipelined run below, which must end at the one-device weights).
+for name, splits in (("two", ("block3a",)), ("four", ("block2a", "block4a", "block6a"))):
+    pipe = pipeline.PipelinedModel(clone(base), splits, micro_batches=2)
+    loss, grads = pipe.compute_gradients(x, y, LOSS)
+    out[name] = {"devices": pipe.devices, "grad_diff": max_diff(grads, ref),
+                 "loss": float(loss), "forward_diff": max_diff([pipe(x)], [base(x)])}
 
 try:
     pipeline.PipelinedModel(clone(base), ("block2a", "block3a", "block4a", "block5a"))
@@ -115,30 +98,22 @@ out["bn_scale"] = float(max(np.max(np.abs(g)) for g in accumulated))
 out["bn_vs_accumulated"] = max_diff(bn_grads, accumulated)
 out["bn_vs_full_batch"] = max_diff(bn_grads, reference_gradients(bn_ref, x, y, 1))
 
-# Mirrored over 2 logical CPUs against the single-device reference gradients.
-runtime = plan("mirrored", replicas=2, micro_batch_size=BATCH // 2, print_plan=False)
-with runtime.scope():
-    model = clone(base)
-loss, grads = sgd_step(
-    lambda opt: (lambda a, b, s=runtime.train_step(model, opt, LOSS): s(*runtime.distribute(a, b))),
-    model, x, y)
-out["mirrored"] = {"replicas": runtime.strategy.num_replicas_in_sync, "loss": loss,
-                   "grad_diff": max_diff(grads, ref)}
-# The trainer under each plan against Keras' `fit` on one device, same global batch of 16:
-# mirrored 2 x 8 (Keras fit under MirroredStrategy), and 2 pipeline stages x 2 micro-batches of
-# 8 (the project's loop). The one-device run is also the multi-worker test's reference.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import trainer_runs  # noqa: E402
-
+# The trainer under each plan against Keras' `fit` on one device, same global batch of 16 and 2
+# updates: mirrored 2 x 8 (Keras fit under MirroredStrategy); mirrored 2 replicas x 2
+# accumulated micro-batches of 4 (the project's accumulating step, `distribute_batch` and loop);
+# 2 pipeline stages x 2 micro-batches of 8 (the compiled GPipe step in the project's loop). The
+# one-device run is also the multi-worker test's reference.
 with tempfile.TemporaryDirectory() as tmp:
     reference = trainer_runs.train_run(f"{tmp}/one", one_device=True)
     runs = {
-        "mirrored": trainer_runs.train_run(f"{tmp}/mirrored", backend="mirrored", replicas=2,
+        "mirrored": trainer_runs.train_run(f"{tmp}/mirrored", strategy="mirrored", replicas=2,
                                            micro_batch_size=8),
-        # --steps_per_epoch counts micro-batches: 4 of 8 = 2 optimizer steps of 16.
+        "mirrored_accumulating": trainer_runs.train_run(
+            f"{tmp}/mirrored_accumulating", strategy="mirrored", replicas=2,
+            micro_batch_size=4, gradient_accumulation=2, device_iterations=2),
         "pipelined": trainer_runs.train_run(f"{tmp}/pipelined", pipeline_splits="block3a",
                                             micro_batch_size=8, gradient_accumulation=2,
-                                            steps_per_epoch=4, device_iterations=2),
+                                            device_iterations=2),
     }
 out["trainer"] = {"reference_losses": reference["losses"]}
 for name, run in runs.items():

@@ -15,19 +15,22 @@ pytest.importorskip("horovod.tensorflow")
 HORORUN = Path(sys.executable).with_name("horovodrun")
 
 
-def _horovodrun(script: str, out: Path, timeout: int) -> None:
-    """Runs tests/distribute/<script> OUT on 2 Gloo workers on this host."""
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _horovodrun(module: str, out: Path, timeout: int) -> None:
+    """Runs `python -m tests.distribute.<module> OUT` on 2 Gloo workers on this host."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     run = subprocess.run([str(HORORUN), "-np", "2", "-H", "localhost:2", "--gloo",
-                          sys.executable, str(Path(__file__).with_name(script)), str(out)],
-                         env=env, capture_output=True, text=True, timeout=timeout)
+                          sys.executable, "-m", f"tests.distribute.{module}", str(out)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
 
 @pytest.mark.slow  # ~30 s: two processes start TensorFlow and Gloo
 @pytest.mark.skipif(not HORORUN.exists(), reason="horovodrun not installed beside python")
 def test_two_horovod_workers_equal_one_process(tmp_path):
-    _horovodrun("horovod_script.py", tmp_path, timeout=300)
+    _horovodrun("horovod_script", tmp_path, timeout=300)
     rank0, rank1, reference = (np.load(tmp_path / f"{name}.npy")
                                for name in ("rank0", "rank1", "reference"))
     np.testing.assert_array_equal(rank0, rank1)
@@ -37,7 +40,7 @@ def test_two_horovod_workers_equal_one_process(tmp_path):
 @pytest.mark.slow  # ~1 min: two processes train the tiny model through the trainer
 @pytest.mark.skipif(not HORORUN.exists(), reason="horovodrun not installed beside python")
 def test_trainer_on_two_horovod_workers_equals_keras_fit_on_one_device(tmp_path):
-    _horovodrun("horovod_trainer_script.py", tmp_path, timeout=600)
+    _horovodrun("horovod_trainer_script", tmp_path, timeout=600)
     rank0, rank1, single = (np.load(tmp_path / f"{name}.npz")
                             for name in ("rank0", "rank1", "single"))
     keys = [k for k in single.files if k.startswith("w")]

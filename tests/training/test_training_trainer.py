@@ -14,8 +14,13 @@ import pytest
 pytestmark = pytest.mark.tf_only
 
 from keras_efficientnet.training import (  # noqa: E402
-    CheckpointManager, NonFiniteLossError, NonFiniteLossGuard, TrainConfig, lr_schedule)
-from keras_efficientnet.training import trainer  # noqa: E402
+    CheckpointManager,
+    NonFiniteLossError,
+    NonFiniteLossGuard,
+    TrainConfig,
+    lr_schedule,
+    trainer,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,8 +50,8 @@ def test_bad_flags_name_the_flag_and_the_valid_values(changes, match):
 def test_config_round_trips_through_a_dict():
     config = TrainConfig(epochs=3, optimizer="lars")
     assert TrainConfig.from_dict(config.to_dict()) == config
-    assert config.replace(micro_batch_size=4, gradient_accumulation=8,
-                          replicas=2).global_batch_size == 64
+    assert config.replace(micro_batch_size=4, gradient_accumulation=8, replicas=2,
+                          strategy="mirrored").global_batch_size == 64
     with pytest.raises(ValueError, match="unknown config fields"):
         TrainConfig.from_dict({"epoch": 3})
 
@@ -158,7 +163,7 @@ def test_cli_writes_results_json(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         [sys.executable, "-m", "keras_efficientnet.train", "--flagfile=flags/smoke.flags",
-         f"--model_dir={tmp_path}", "--dataset=synthetic", "--backend=mirrored",
+         f"--model_dir={tmp_path}", "--dataset=synthetic", "--strategy=mirrored",
          "--replicas=2", "--micro_batch_size=8"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -173,9 +178,9 @@ def test_cli_writes_results_json(tmp_path):
     assert math.isfinite(results["images_per_second"])
     assert "top-1" in result.stdout and (tmp_path / "finetuned.weights.h5").is_file()
     plan = result.stdout[:result.stdout.index("global batch")]
-    assert "backend               mirrored" in plan and "replicas              2" in plan
+    assert "strategy              mirrored" in plan and "replicas              2" in plan
     assert "global batch          16 = 8 x 1 x 2" in result.stdout
-    assert "2 logical CPU devices" in result.stdout
+    assert "2 logical CPU devices" in result.stderr  # logged
 
 
 def test_cli_rejects_unknown_values_before_any_work(tmp_path):

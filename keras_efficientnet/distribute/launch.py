@@ -1,0 +1,68 @@
+"""From a config or a few keywords to a started runtime: the one place that picks the strategy."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from keras_efficientnet.training.config import TrainConfig
+from keras_efficientnet.training.plan import ExecutionPlan, plan_from_values
+from keras_efficientnet.training.runtime import OneDevice, Runtime
+
+log = logging.getLogger(__name__)
+
+# strategy -> (module, runtime class); "default" with pipeline stages is PipelinedRuntime.
+RUNTIMES = {
+    "mirrored": ("keras_efficientnet.distribute.mirrored", "MirroredRuntime"),
+    "multiworker": ("keras_efficientnet.distribute.multiworker", "MultiWorkerRuntime"),
+    "horovod": ("keras_efficientnet.distribute.horovod", "HorovodRuntime"),
+    "ipu": ("keras_efficientnet.distribute.ipu", "IPURuntime"),
+    "pipelined": ("keras_efficientnet.distribute.pipeline", "PipelinedRuntime"),
+}
+
+
+def runtime_for(plan: ExecutionPlan | TrainConfig) -> Runtime:
+    """The (not yet started) runtime of a plan, or of a config's plan."""
+    if isinstance(plan, TrainConfig):
+        plan = plan.plan
+    key = "pipelined" if plan.strategy == "default" and plan.pipelined else plan.strategy
+    if key == "default":
+        return OneDevice(plan)
+    module, name = RUNTIMES[key]
+    # Imported on use: each strategy's packages (horovod, the IPU SDK) load only when asked for.
+    return getattr(importlib.import_module(module), name)(plan)
+
+
+def make_runtime(strategy: str = "default", **plan_fields) -> Runtime:
+    """One call for notebooks: the plan of `strategy` and `plan_fields` (as the flags:
+    replicas, pipeline_splits, micro_batch_size, gradient_accumulation, global_batch_size,
+    device_iterations, precision), checked, logged and started.
+
+    Start it first thing (mirrored splits the CPU into logical devices when there is no GPU,
+    which must precede TensorFlow's device initialisation).
+
+    Example:
+        >>> rt = ke.distribute.make_runtime("mirrored", replicas=2, micro_batch_size=8)
+        >>> with rt.scope():
+        ...     model = ke.EfficientNet("tiny", classes=4)
+    """
+    plan = plan_from_values({"strategy": strategy, **plan_fields})
+    log.info("%s", plan.describe())
+    runtime = runtime_for(plan)
+    runtime.start()
+    return runtime
+
+
+def run(config: TrainConfig, runtime: Runtime | None = None) -> dict:
+    """Trains and evaluates `config` under its execution plan: what the CLI runs.
+
+    Builds the runtime of the config's plan and starts it (a missing package, too few devices
+    or an unreachable peer fail here, before any work; multi-worker strategies also need this
+    to precede other TensorFlow ops), then runs `training.train_and_evaluate(config, runtime)`.
+    """
+    from keras_efficientnet.training.trainer import train_and_evaluate
+
+    if runtime is None:
+        runtime = runtime_for(config)
+        runtime.start()
+    return train_and_evaluate(config, runtime=runtime)
