@@ -1,45 +1,57 @@
-"""Data-parallel scaling over logical CPU devices and pipeline overhead against micro-batch count.
+"""Host decode per worker with sharded input, data-parallel scaling, and pipeline overhead.
 
-Run with `python benchmarks/bench_distribute.py` (add `--help` for sizes and repeats). One
-process splits the host CPU into 2 logical devices, then times train steps of the tiny G16
-LN+PN EfficientNet (the test model) with the same factories as training:
+Run with `make benchmark-distribute` (or `python -m benchmarks.bench_distribute --help`). One
+process splits the host CPU into 2 logical devices, then measures with the same factories as
+training:
 
+- `input_sharding`: the trainer's training input (`trainer.build_datasets` with the
+  `InputContext` a multi-worker runtime hands each worker) on a folder of JPEG photographs,
+  for 1 worker and for each of 2 workers: the images each worker decodes in one epoch (counted
+  exactly, at the decode op) and the seconds it takes, against the single worker (the
+  reference). Sharded input gives each of N workers 1/N of the decoding; before, every worker
+  decoded the whole global batch and kept its share.
 - `data_parallel`: `make_train_step` on 1 replica (the default strategy, the reference) and on
   a MirroredStrategy over 2 logical CPUs, per-replica batch fixed (weak scaling);
 - `pipeline`: `PipelinedModel` cut at the planner's 2-stage split, one stage per logical CPU,
   global batch fixed, micro-batches 1, 2, 4, 8, against the unsplit step.
 
-Logical CPU devices share the same cores and thread pools, so these figures show the overhead of
-the machinery (all-reduce, micro-batch scheduling), not a speed-up; on GPUs or IPUs each device
-brings its own compute. One JSON row per configuration (the shared schema of
-benchmarks/common.py) goes to benchmarks/results/distribute.jsonl, with images/s, images per
-CPU-second of the process (robust to other load on a shared machine) and the ratio to the same
-run's reference; the chart goes to distribute.png. A non-finite loss stops the run.
+Logical CPU devices share the same cores and thread pools, so the step figures show the
+overhead of the machinery (all-reduce, micro-batch scheduling), not a speed-up; the two workers'
+input pipelines run one after the other here (on separate hosts they would run side by side).
+One JSON row per configuration (the shared schema of benchmarks/common.py) goes to
+benchmarks/results/distribute.jsonl, with images/s, images per CPU-second of the process
+(robust to other load on a shared machine) and the ratio to the same run's reference; the chart
+goes to distribute.png. A non-finite loss stops the run.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+import tempfile
 import time
+from unittest import mock
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import tensorflow as tf  # noqa: E402
-
-from keras_efficientnet.distribute.strategies import configure_logical_cpus  # noqa: E402
+from keras_efficientnet.distribute.devices import configure_logical_cpus
 
 DEVICES = configure_logical_cpus(2)
 
-import keras  # noqa: E402
+import keras  # noqa: E402 - after the CPU split, which must come before TensorFlow starts
 import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 import keras_efficientnet as ke  # noqa: E402
+from benchmarks.bench_pipeline import write_photo_folder  # noqa: E402
 from benchmarks.common import (  # noqa: E402
-    check_finite, machine, make_row, time_calls, write_results)
+    check_finite,
+    machine,
+    make_row,
+    time_calls,
+    write_results,
+)
+from keras_efficientnet.datasets import preprocessing  # noqa: E402
 from keras_efficientnet.distribute import pipeline, planner, train_loop  # noqa: E402
+from keras_efficientnet.distribute.mirrored import mirrored_strategy  # noqa: E402
+from keras_efficientnet.training import TrainConfig, trainer  # noqa: E402
 
 LOSS = keras.losses.CategoricalCrossentropy()
 
@@ -72,13 +84,66 @@ def measure(fn, images: int, args, where: str) -> dict:
             "steps_timed": args.repeats}
 
 
+def decode_one_epoch(config: TrainConfig, input_context) -> tuple[int, float, float]:
+    """(images decoded, seconds, CPU seconds) of one epoch of one worker's training input."""
+    counter = tf.Variable(0, dtype=tf.int64)
+    decode = preprocessing.decode_and_random_crop
+
+    def counting(*args, **kwargs):
+        with tf.control_dependencies([counter.assign_add(1)]):
+            return tf.identity(decode(*args, **kwargs))
+
+    with mock.patch.object(preprocessing, "decode_and_random_crop", counting):
+        data = trainer.build_datasets(config, config.train_resolution, training=True,
+                                      split="train", repeat=False, input_context=input_context)
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in data:
+        pass
+    return (int(counter.numpy()), time.perf_counter() - start, time.process_time() - cpu)
+
+
+def sharding_rows(args) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-shards-") as root:
+        photos = write_photo_folder(root, args.images, quality=90)
+        print(f"photo folder: {photos}", flush=True)
+        for workers in (1, 2):
+            # The plan a run on `workers` processes has: each worker's pipeline reads shard
+            # `index` of `workers` and yields per-replica batches of the same size.
+            config = TrainConfig(
+                dataset=f"folder:{root}", model="efficientnet-tiny-g16-lnpn",
+                strategy="multiworker" if workers > 1 else "default", replicas=workers,
+                micro_batch_size=args.batch, train_resolution=args.resolution,
+                test_resolution=args.resolution, seed=0, host_threads=args.threads)
+            for index in range(workers):
+                context = (tf.distribute.InputContext(num_input_pipelines=workers,
+                                                      input_pipeline_id=index,
+                                                      num_replicas_in_sync=workers)
+                           if workers > 1 else None)
+                decode_one_epoch(config, context)  # warm-up: file cache, first traces
+                decoded, seconds, cpu = decode_one_epoch(config, context)
+                name = "1 worker" if workers == 1 else f"2 workers: worker {index}"
+                print(f"  {name}: decoded {decoded} images in {seconds:.2f} s", flush=True)
+                rows.append({"benchmark": "input_sharding", "variant": name,
+                             "workers": workers, "worker": index,
+                             "batch": config.plan.host_batch_size,
+                             "decoded_images": decoded, "seconds_per_epoch": round(seconds, 3),
+                             "images_per_second": decoded / seconds,
+                             "images_per_cpu_second": round(decoded / max(cpu, 1e-9), 2)})
+    whole = rows[0]
+    for row in rows:
+        row["decoded_share"] = round(row["decoded_images"] / whole["decoded_images"], 4)
+        row["seconds_share"] = round(row["seconds_per_epoch"] / whole["seconds_per_epoch"], 3)
+    return rows
+
+
 def data_parallel_rows(args) -> list[dict]:
     rows = []
     for replicas in (1, 2):
         if replicas == 1:
             strategy = tf.distribute.get_strategy()
         else:
-            strategy = tf.distribute.MirroredStrategy(DEVICES[:replicas])
+            strategy = mirrored_strategy(DEVICES[:replicas])
         with strategy.scope():
             model = tiny(args.resolution)
             optimizer = keras.optimizers.SGD(0.01)
@@ -118,9 +183,14 @@ def pipeline_rows(args) -> list[dict]:
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resolution", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=16, help="per-replica batch (scaling)")
+    parser.add_argument("--batch", type=int, default=16,
+                        help="per-replica batch (input sharding and scaling)")
     parser.add_argument("--global_batch", type=int, default=32, help="pipeline global batch")
     parser.add_argument("--micro_batches", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--images", type=int, default=512,
+                        help="JPEGs in the photo folder the input sharding decodes")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="tf.data private thread pool per input pipeline")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output-dir", default=None,
@@ -128,15 +198,16 @@ def main(argv=None) -> list[dict]:
     args = parser.parse_args(argv)
     info = machine(devices="2 logical CPU devices")
     rows = []
-    for measured in (data_parallel_rows(args), pipeline_rows(args)):
-        # The first of each group is its reference: one replica; the unsplit model.
+    for measured in (sharding_rows(args), data_parallel_rows(args), pipeline_rows(args)):
+        # The first of each group is its reference: one worker; one replica; the unsplit model.
         reference = (measured[0]["variant"], measured[0]["images_per_second"])
         for row in measured:
             row = dict(row)
             rows.append(make_row(
                 row.pop("benchmark"), machine=info, backend="tensorflow",
                 variant=row.pop("variant"), resolution=args.resolution, batch=row.pop("batch"),
-                precision="float32", images_per_second=row.pop("images_per_second"),
+                precision="uint8" if "decoded_images" in row else "float32",
+                images_per_second=row.pop("images_per_second"),
                 reference=reference[0], reference_images_per_second=reference[1],
                 model="tiny-g16-lnpn", **row))
     for row in rows:

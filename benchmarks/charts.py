@@ -1,6 +1,6 @@
 """PNG charts of benchmark result files, drawn from the JSON rows alone (so any file re-renders).
 
-Run `python benchmarks/charts.py benchmarks/results/*.jsonl` to redraw charts; each benchmark
+Run `python -m benchmarks.charts benchmarks/results/*.jsonl` to redraw charts; each benchmark
 script calls `render` after writing its rows. Bars show images/s, each labelled with its ratio to
 the same-run reference (the reference's bar is hatched); the footer names the machine.
 """
@@ -11,13 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import read_rows  # noqa: E402
+from benchmarks.common import read_rows
 
 MODEL_BENCHMARKS = ("train", "inference")
 LAYER_BENCHMARKS = ("layer_fwd_bwd", "norm_fwd_bwd")
-DISTRIBUTE_BENCHMARKS = ("data_parallel", "pipeline")
+DISTRIBUTE_BENCHMARKS = ("input_sharding", "data_parallel", "pipeline")
 ONEDNN_BENCHMARKS = ("conv_fwd_bwd", "train_onednn", "inference_onednn")
 COLORS = {"tensorflow": "#ff8f00", "jax": "#3f51b5", "torch": "#e53935"}
 
@@ -133,11 +131,20 @@ def pipeline_chart(path: Path, rows: list[dict]) -> Path:
                    "images/s on all pipeline threads (higher is better)", rows[0]["machine"])
 
 
+def _distribute_label(row: dict) -> str:
+    if "decoded_images" not in row:
+        return row["variant"]
+    # Input sharding: what each worker decodes in an epoch matters more than its images/s.
+    return (f"{row['variant']}: decodes {row['decoded_images']} "
+            f"({row['decoded_share']:.2f}x) in {row['seconds_per_epoch']:.2f} s")
+
+
 def distribute_chart(path: Path, rows: list[dict]) -> Path:
-    """Data-parallel and pipeline-parallel images/s against one replica / the unsplit model."""
+    """Host decode per worker with sharded input; data-parallel and pipeline-parallel images/s
+    against one replica / the unsplit model."""
     groups = _group(rows, lambda r: r["benchmark"])
     return _panels(path, groups, "Execution plans on logical CPU devices, images/s",
-                   lambda r: r["variant"], "images/s (higher is better)", rows[0]["machine"])
+                   _distribute_label, "images/s (higher is better)", rows[0]["machine"])
 
 
 def onednn_chart(path: Path, rows: list[dict]) -> Path:
@@ -253,7 +260,7 @@ def render(path: str | os.PathLike) -> Path | None:
         import matplotlib  # noqa: F401
     except ImportError:
         print(f"no chart for {path}: matplotlib is not installed here; draw it later with "
-              f"`python benchmarks/charts.py {path}`", file=sys.stderr)
+              f"`python -m benchmarks.charts {path}`", file=sys.stderr)
         return None
     path = Path(path)
     rows = read_rows(path)

@@ -101,14 +101,20 @@ def _run(args: list[str], python: str = sys.executable, **env) -> str:
 @pytest.mark.slow
 def test_distribute_benchmark_steps_every_configuration(tmp_path):
     # Its own process: the logical CPU devices must be set before TensorFlow starts.
-    _run(["benchmarks/bench_distribute.py", "--resolution", "32", "--batch", "2",
-          "--global_batch", "4", "--micro_batches", "2", "--warmup", "1", "--repeats", "1",
-          "--output-dir", str(tmp_path)])
+    _run(["-m", "benchmarks.bench_distribute", "--resolution", "32", "--batch", "2",
+          "--global_batch", "4", "--micro_batches", "2", "--images", "24", "--warmup", "1",
+          "--repeats", "1", "--output-dir", str(tmp_path)])
     rows = check_results(tmp_path, "distribute")
     assert [(r["benchmark"], r["variant"]) for r in rows] == [
+        ("input_sharding", "1 worker"), ("input_sharding", "2 workers: worker 0"),
+        ("input_sharding", "2 workers: worker 1"),
         ("data_parallel", "1 replica"), ("data_parallel", "2 replicas"),
         ("pipeline", "unsplit"), ("pipeline", "2 stages, 2 micro-batches")]
     check_references(rows, lambda r: r["benchmark"])
+    # Each of 2 workers decodes half of the 24 photographs, counted at the decode op.
+    sharding = rows[:3]
+    assert [r["decoded_images"] for r in sharding] == [24, 12, 12]
+    assert [r["decoded_share"] for r in sharding] == [1.0, 0.5, 0.5]
 
 
 @pytest.mark.slow
@@ -135,7 +141,7 @@ JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
 @pytest.mark.slow
 @pytest.mark.skipif(not JAX_PYTHON.exists(), reason="no .venv-jax (make install-jax)")
 def test_gpu_benchmark_smoke_runs_under_jax_without_tensorflow(tmp_path):
-    out = _run(["benchmarks/bench_gpu.py", "--smoke", "--variants", "G16-LN+PN",
+    out = _run(["-m", "benchmarks.bench_gpu", "--smoke", "--variants", "G16-LN+PN",
                 "--output-dir", str(tmp_path)], python=str(JAX_PYTHON), KERAS_BACKEND="jax")
     rows = [json.loads(line) for line in (tmp_path / "model_gpu_smoke.jsonl").read_text()
             .splitlines()]
