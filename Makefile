@@ -22,7 +22,7 @@ help:
 	@echo "make benchmark-gpu-wheels  download the wheels benchmark-gpu needs offline"
 	@echo "make benchmark-gpu         GPU benchmark under JAX (+ timm peer), no TensorFlow"
 	@echo "make benchmark-gpu-smoke   the same path on this CPU at tiny sizes (.venv-jax)"
-	@echo "make lint        ruff"
+	@echo "make lint        ruff (style, import order, stale noqa); CI runs it before the tests"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,8 +63,9 @@ test-slow: install install-jax
 train: install
 	$(PY) -m keras_efficientnet.train --flagfile=flags/default.flags
 
+# ruff with import order (I) and stale `noqa` detection (RUF100): pyproject.toml.
 lint: install
-	$(VENV)/bin/ruff check keras_efficientnet tests benchmarks data
+	$(VENV)/bin/ruff check keras_efficientnet tests benchmarks data flags
 
 # Optional: horovod 0.28.1 built against TF 2.21 (about 15 minutes on 2 cores).
 install-horovod: install
@@ -72,20 +73,20 @@ install-horovod: install
 
 # Benchmarks (benchmarks/README.md): each writes results/<name>.jsonl and <name>.png.
 benchmark-layers: install
-	$(PY) benchmarks/bench_model.py
+	$(PY) -m benchmarks.bench_model
 	$(PY) -m benchmarks.bench_group_conv
 
 benchmark-pipeline: install
 	$(PY) -c "import skimage" 2>/dev/null || $(VENV)/bin/pip install -q -e ".[bench]"
-	$(PY) benchmarks/bench_pipeline.py
+	$(PY) -m benchmarks.bench_pipeline
 
 benchmark-distribute: install
-	$(PY) benchmarks/bench_distribute.py
+	$(PY) -m benchmarks.bench_distribute
 
 benchmark: benchmark-layers benchmark-pipeline benchmark-distribute
 
 benchmark-pareto: install
-	$(PY) benchmarks/bench_pareto.py
+	$(PY) -m benchmarks.bench_pareto
 
 # Run where PyPI is reachable; carry benchmarks/gpu/wheels to the GPU machine.
 benchmark-gpu-wheels:

@@ -31,11 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import (  # noqa: E402
-    RESULTS_DIR, NonFiniteLossError, accelerator, check_finite, machine, make_row,
-    write_results)
+from benchmarks.common import (
+    RESULTS_DIR,
+    NonFiniteLossError,
+    accelerator,
+    check_finite,
+    machine,
+    make_row,
+    write_results,
+)
 
 REFERENCE = "keras.applications.EfficientNetB0"  # as in bench_model (not imported: no keras)
 TIMM = "timm efficientnet_b0 (PyTorch)"
@@ -227,7 +231,7 @@ def timm_part(args, emit) -> None:
     try:
         import timm
         import torch
-    except Exception as error:  # noqa: BLE001 - any import failure means "no peer here"
+    except Exception as error:
         print(f"timm peer skipped: `import timm` failed ({type(error).__name__}: {error})")
         raise SystemExit(SKIPPED) from None
     if torch.cuda.is_available():
@@ -259,7 +263,7 @@ def _run_part(name: str, argv: list[str], scratch: Path) -> tuple[int, list[dict
     """Runs one part in a child process; returns its exit status and measurements."""
     out = scratch / f"{name}.jsonl"
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = [sys.executable, os.path.abspath(__file__), *argv, "--part", name,
+    command = [sys.executable, "-m", "benchmarks.bench_gpu", *argv, "--part", name,
                "--part-output", str(out)]
     print(f"--- {name}: {' '.join(command[1:])}", flush=True)
     status = subprocess.call(command, env=env)

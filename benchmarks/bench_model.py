@@ -1,6 +1,6 @@
 """Layer and model throughput on this machine, each against a reference measured in the same run.
 
-Run with `make benchmark-layers` (or `python benchmarks/bench_model.py --help`). Two files:
+Run with `make benchmark-layers` (or `python -m benchmarks.bench_model --help`). Two files:
 
 - `layers_<backend>.jsonl`: forward+backward of one MBConv spatial conv (batch 16, 56x56x144 by
   default) as `DepthwiseConv2D` (the reference), our `GroupConv2D(group_size=16)` and Keras'
@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-import keras_efficientnet as ke  # noqa: E402
-from benchmarks.common import (  # noqa: E402
-    check_finite, machine, make_row, time_calls, write_results)
-from keras_efficientnet.models.efficientnet import SCALING  # noqa: E402
+import keras_efficientnet as ke
+from benchmarks.common import check_finite, machine, make_row, time_calls, write_results
+from keras_efficientnet.models.efficientnet import SCALING
 
 REFERENCE = "keras.applications.EfficientNetB0"
 # Our variants, by the label the results use, and their preset family.

@@ -1,6 +1,6 @@
 """Accuracy against training cost on the embedded digits: G1-BN vs G16-LN+PN at reduced resolution.
 
-Run with `make benchmark-pareto` (or `python benchmarks/bench_pareto.py --help`). Both methods
+Run with `make benchmark-pareto` (or `python -m benchmarks.bench_pareto --help`). Both methods
 start from the default job's recipe (flags/default.flags: the tiny model, RMSProp, cosine decay,
 label smoothing, per-epoch weight averaging) and train for the same number of epochs through the
 trainer's own factories (`train`, `finetune`, `evaluate`):
@@ -25,20 +25,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import keras  # noqa: E402
-from absl import flags  # noqa: E402
+import keras
+from absl import flags
 
-from benchmarks.common import machine, make_row, write_results  # noqa: E402
-from keras_efficientnet.cli.flags import config_from_flags, define_flags  # noqa: E402
-from keras_efficientnet.training import TrainConfig, trainer  # noqa: E402
+from benchmarks.common import machine, make_row, write_results
+from keras_efficientnet.cli.flags import config_from_flags, define_flags
+from keras_efficientnet.training import TrainConfig, trainer
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FLAGFILE = REPO / "flags" / "default.flags"

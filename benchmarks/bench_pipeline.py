@@ -1,6 +1,6 @@
 """Host pipeline throughput on real photographs: uint8 vs float32 output vs the decode ceiling.
 
-Run with `python benchmarks/bench_pipeline.py` (add `--help` for sizes and repeats). It builds a
+Run with `python -m benchmarks.bench_pipeline` (add `--help` for sizes and repeats). It builds a
 folder of JPEG photographs from the sample photos inside the scikit-learn and (if installed)
 scikit-image wheels, resized to ImageNet-like sizes, then times with the same thread pool:
 
@@ -30,7 +30,6 @@ import time
 from unittest import mock
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 import tensorflow as tf

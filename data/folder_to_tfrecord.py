@@ -1,7 +1,7 @@
 """Converts an image folder (PATH/<split>/<class>/*.jpg) into TFRecord shards `tfrecord:` reads.
 
 Usage:
-  python data/folder_to_tfrecord.py --input_dir /data/photos --output_dir /data/photos-tfrecord
+  python -m data.folder_to_tfrecord --input_dir /data/photos --output_dir /data/photos-tfrecord
   # then: make_dataset("tfrecord:/data/photos-tfrecord", "train", ...)
 
 Each split becomes `<split>-NNNNN-of-MMMMM` shards holding the file bytes unchanged under the
@@ -22,11 +22,7 @@ import sys
 
 import tensorflow as tf
 
-try:
-    from keras_efficientnet.datasets import sources
-except ImportError:  # run from a source checkout without installing: the repo is one level up
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from keras_efficientnet.datasets import sources
+from keras_efficientnet.datasets import sources
 
 
 def _bytes_feature(value: bytes) -> tf.train.Feature:

@@ -1,10 +1,9 @@
-"""Shared pytest setup: quiet TensorFlow logs and make the repository importable."""
+"""Shared pytest setup: quiet TensorFlow logs (the repository is on sys.path through setup.cfg's
+`pythonpath = .`, so tests import `tests.*` and `benchmarks.*` as packages)."""
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def pytest_collection_modifyitems(session, config, items):

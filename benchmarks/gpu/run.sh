@@ -52,4 +52,4 @@ else
     echo "every requirement is installed already"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec $PYTHON benchmarks/bench_gpu.py "$@"
+exec $PYTHON -m benchmarks.bench_gpu "$@"

@@ -44,7 +44,7 @@ def _quadrature_moments(fn, gamma, beta, proxy_beta, proxy_gamma):
     sd = 1 + proxy_gamma
 
     def moment(k):
-        integrand = lambda y: fn(gamma * y + beta) ** k * stats.norm.pdf(y, proxy_beta, sd)  # noqa: E731
+        integrand = lambda y: fn(gamma * y + beta) ** k * stats.norm.pdf(y, proxy_beta, sd)
         return integrate.quad(integrand, proxy_beta - 12 * sd, proxy_beta + 12 * sd)[0]
 
     mean = moment(1)

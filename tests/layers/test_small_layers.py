@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 
 from keras_efficientnet.layers import (
-    ImageNormalization, MBConvBlock, SqueezeExcite, StochasticDepth)
+    ImageNormalization,
+    MBConvBlock,
+    SqueezeExcite,
+    StochasticDepth,
+)
 from tests.helpers import assert_config_round_trip
 
 
