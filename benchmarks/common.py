@@ -150,6 +150,8 @@ def write_rows(name: str, rows: list[dict], output_dir: str | os.PathLike | None
     directory = results_dir(output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.jsonl"
+    # The same temp-and-rename as keras_efficientnet.atomic, kept here: importing any module of
+    # the package imports Keras, which bench_gpu's parent process (no TensorFlow) must not.
     tmp = path.with_suffix(".jsonl.tmp")
     with open(tmp, "w") as f:
         for row in rows:

@@ -11,29 +11,15 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_efficientnet.atomic import fsync_directory as _fsync_dir
+from keras_efficientnet.atomic import write_atomically
+
 LATEST = "LATEST"
 PREFIX = "epoch-"
 WEIGHTS = "model.weights.h5"
 OPTIMIZER = "optimizer.npz"
 AVERAGE = "average.npz"
 STATE = "state.json"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_text_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _save_arrays(path: Path, arrays) -> None:
@@ -107,7 +93,7 @@ class CheckpointManager:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        _write_text_atomically(self.directory / LATEST, final.name)
+        write_atomically(self.directory / LATEST, final.name)
         for old in self.all()[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import time
 import warnings
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import keras
 
 from keras_efficientnet import optimizers as opt_lib
+from keras_efficientnet.atomic import write_atomically
 from keras_efficientnet.models.efficientnet import SCALING, EfficientNet
 from keras_efficientnet.models.presets import preset_config
 from keras_efficientnet.training.callbacks import (
@@ -308,12 +308,8 @@ def finetune(config: TrainConfig, model_weights: list, num_classes: int,
 
 
 def _write_results(config: TrainConfig, results: dict) -> Path:
-    path = Path(config.model_dir) / "results.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=2, sort_keys=True, default=float))
-    os.replace(tmp, path)
-    return path
+    return write_atomically(Path(config.model_dir) / "results.json",
+                            json.dumps(results, indent=2, sort_keys=True, default=float))
 
 
 def _summary_table(rows: list[tuple[str, str]]) -> str:
