@@ -187,7 +187,7 @@ def main(argv=None) -> list[dict]:
                         help="per-replica batch (input sharding and scaling)")
     parser.add_argument("--global_batch", type=int, default=32, help="pipeline global batch")
     parser.add_argument("--micro_batches", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--images", type=int, default=512,
+    parser.add_argument("--images", type=int, default=256,
                         help="JPEGs in the photo folder the input sharding decodes")
     parser.add_argument("--threads", type=int, default=2,
                         help="tf.data private thread pool per input pipeline")
