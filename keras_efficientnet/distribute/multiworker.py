@@ -185,7 +185,7 @@ class MultiWorkerRuntime:
 
         data = self.strategy.distribute_datasets_from_function(shard)
         step = train_loop.make_train_step(
-            model, model.optimizer, model.loss, global_batch_size=self.plan.examples_per_step,
+            model, model.optimizer, model.loss, global_batch_size=self.plan.global_batch_size,
             strategy=self.strategy, micro_batches=self.plan.micro_batches_per_step)
         return train_loop.fit(model, step, data, epochs=epochs, steps_per_epoch=steps_per_epoch,
                               initial_epoch=initial_epoch,
