@@ -41,7 +41,7 @@ from benchmarks.common import (
     write_results,
 )
 
-REFERENCE = "keras.applications.EfficientNetB0"  # as in bench_model (not imported: no keras)
+BASELINE = "keras.applications.EfficientNetB0"  # as in bench_model (not imported: no keras)
 TIMM = "timm efficientnet_b0 (PyTorch)"
 PRECISIONS = ("mixed_bfloat16", "mixed_float16", "float32")
 SKIPPED = 3  # a part's exit status meaning "not available here", with the reason printed
@@ -279,9 +279,9 @@ def rows_from(measured: list[dict], args, info: dict) -> list[dict]:
     rows = []
     for m in measured:
         key = (m["benchmark"], m["resolution"])
-        reference = by_key.get((*key, REFERENCE))
+        reference = by_key.get((*key, BASELINE))
         if reference is None:
-            raise SystemExit(f"no {REFERENCE} measurement for {key}: nothing to compare with")
+            raise SystemExit(f"no {BASELINE} measurement for {key}: nothing to compare with")
         timm_row = by_key.get((*key, TIMM))
         extra = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in m.items()
                  if k not in ("benchmark", "backend", "variant", "resolution",
@@ -292,7 +292,7 @@ def rows_from(measured: list[dict], args, info: dict) -> list[dict]:
         rows.append(make_row(
             m["benchmark"], machine=info, backend=m["backend"], variant=m["variant"],
             resolution=m["resolution"], batch=args.batch, precision=args.precision,
-            images_per_second=m["images_per_second"], reference=REFERENCE,
+            images_per_second=m["images_per_second"], reference=BASELINE,
             reference_images_per_second=reference["images_per_second"], model_size=args.size,
             warmup_steps=args.warmup, smoke=bool(args.smoke), **extra))
     return rows

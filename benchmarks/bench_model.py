@@ -29,10 +29,10 @@ import keras_efficientnet as ke
 from benchmarks.common import check_finite, machine, make_row, time_calls, write_results
 from keras_efficientnet.models.efficientnet import SCALING
 
-REFERENCE = "keras.applications.EfficientNetB0"
+BASELINE = "keras.applications.EfficientNetB0"
 # Our variants, by the label the results use, and their preset family.
 VARIANTS = {"G1-BN": "g1-bn", "G1-GN": "g1-gn", "G16-GN": "g16-gn", "G16-LN+PN": "g16-lnpn"}
-# Native and reduced ("half": about half the pixels) resolutions (REFERENCE.md).
+# Native and reduced ("half": about half the pixels) resolutions (docs/recipes.md).
 RESOLUTIONS = {"b0": (224, 160), "tiny": (64, 32)}
 CLASSES = 1000
 
@@ -63,7 +63,7 @@ def model_configs(size: str, variants: list[str] | None = None) -> list[tuple]:
     """(label, builder(resolution), input dtype): the reference first, then ours."""
     chosen = [v for v in VARIANTS if variants is None or v in variants]
     # keras.applications takes float images in [0, 255]; ours take uint8 (normalized inside).
-    configs = [(REFERENCE, lambda r: build_reference(size, r), "float32")]
+    configs = [(BASELINE, lambda r: build_reference(size, r), "float32")]
     configs += [(label, lambda r, label=label: build_variant(size, label, r), "uint8")
                 for label in chosen]
     return configs
@@ -214,13 +214,13 @@ def bench_models(size: str, resolutions: list[int], batch: int, *, warmup: int, 
     for (mode, resolution, label), (ips, seconds, macs) in measured.items():
         rows.append(make_row(
             mode, machine=info, backend=backend, variant=label, resolution=resolution,
-            batch=batch, precision="float32", images_per_second=ips, reference=REFERENCE,
-            reference_images_per_second=measured[mode, resolution, REFERENCE][0],
+            batch=batch, precision="float32", images_per_second=ips, reference=BASELINE,
+            reference_images_per_second=measured[mode, resolution, BASELINE][0],
             model_size=size, seconds_per_step=round(seconds, 4),
             steps=steps if mode == "train" else infer_steps, warmup_steps=warmup,
             gmacs=round(macs / 1e9, 4), eager=eager,
             # The paper's point: a variant at reduced resolution against the native reference.
-            ratio_to_native_reference=round(ips / measured[mode, native, REFERENCE][0], 4)))
+            ratio_to_native_reference=round(ips / measured[mode, native, BASELINE][0], 4)))
     return rows
 
 

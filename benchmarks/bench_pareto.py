@@ -40,9 +40,9 @@ from keras_efficientnet.training import TrainConfig, trainer
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FLAGFILE = REPO / "flags" / "default.flags"
-REFERENCE = "G1-BN native"
+BASELINE = "G1-BN native"
 METHODS = {
-    REFERENCE: dict(model="efficientnet-tiny-g1-bn", mode="train", reduced=False),
+    BASELINE: dict(model="efficientnet-tiny-g1-bn", mode="train", reduced=False),
     "G16-LN+PN reduced + fine-tune": dict(model="efficientnet-tiny-g16-lnpn",
                                           mode="train_and_finetune", reduced=True),
 }
@@ -185,7 +185,7 @@ def main(argv=None) -> list[dict]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    reference = measured[REFERENCE][1]
+    reference = measured[BASELINE][1]
     reference_seconds = seconds_to(reference["curve"], args.target)
     rows = []
     for label, (config, result) in measured.items():
@@ -194,7 +194,7 @@ def main(argv=None) -> list[dict]:
             "pareto", machine=info, backend=keras.backend.backend(), variant=label,
             resolution=config.train_resolution, batch=config.micro_batch_size,
             precision=config.precision, images_per_second=result["images_per_second"],
-            reference=REFERENCE, reference_images_per_second=reference["images_per_second"],
+            reference=BASELINE, reference_images_per_second=reference["images_per_second"],
             model=config.model, dataset=config.dataset, test_resolution=config.test_resolution,
             epochs=config.epochs, finetune_epochs=(config.finetune_epochs
                                                    if config.mode == "train_and_finetune" else 0),

@@ -1,6 +1,6 @@
 """Writes the paper's preset flagfiles (flags/b{0..5}-{family}-{native,half}.flags, b4 LARS).
 
-The recipes are data (REFERENCE.md); this script keeps the 36 files consistent. Run it after
+The recipes are data (docs/recipes.md); this script keeps the 36 files consistent. Run it after
 changing a recipe: `python flags/generate.py`.
 """
 

@@ -31,7 +31,8 @@ def mixup(
     Args:
       images: `[batch, h, w, c]`, uint8 (rounded after mixing) or float.
       labels: `[batch, classes]` float one-hot (or already mixed) labels.
-      alpha: Beta(alpha, alpha) parameter, > 0 (REFERENCE.md: 0.1 for b0-b2, 0.2 for b3-b5).
+      alpha: Beta(alpha, alpha) parameter, > 0 (the paper's recipe: 0.1 for b0-b2, 0.2 for b3-b5;
+        docs/recipes.md).
       seed: shape-[2] integer tensor; same seed, same lambda.
 
     Returns:
@@ -83,7 +84,8 @@ def cutmix(
     Args:
       images: `[batch, h, w, c]` with static `h` and `w`.
       labels: `[batch, classes]` float labels.
-      lam: nominal fraction of each image kept, in (0, 1) (REFERENCE.md: 0.95 ... 0.8).
+      lam: nominal fraction of each image kept, in (0, 1) (the paper's recipe: 0.95 for b1 ... 0.8
+        for b5; docs/recipes.md).
       seed: shape-[2] integer tensor.
 
     Example:

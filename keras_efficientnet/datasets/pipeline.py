@@ -200,7 +200,7 @@ def make_dataset(
       private_threadpool_size, max_intra_op_parallelism: tf.data host thread settings
         (None = TF defaults).
       eval_resize_ratio: evaluation resizes the short side to `image_size * eval_resize_ratio`.
-      area_range, aspect_range: training crop bounds (REFERENCE.md defaults).
+      area_range, aspect_range: training crop bounds (defaults: the paper's, docs/recipes.md).
       label_offset: subtracted from TFRecord labels (1 for TF-slim style 1-based ImageNet).
       skip_counter: where unreadable images are counted and reported (default `SKIPPED`).
 

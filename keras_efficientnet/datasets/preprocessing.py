@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-# Inception-style random crop (REFERENCE.md "Train crop").
+# Inception-style random crop (Szegedy et al. 2015), the paper's training crop (docs/recipes.md).
 AREA_RANGE = (0.05, 1.0)
 ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
 # Tries before sample_distorted_bounding_box falls back to the whole image.

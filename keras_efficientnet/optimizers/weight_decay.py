@@ -12,7 +12,8 @@ from keras import ops
 # Matched with `re.search` against the Keras 3 variable path, e.g. "block1a/project_norm/gamma".
 # Anchored at the end, not the start, since a model nested in another (or a Sequential) prefixes
 # its own name ("sequential/dense/bias"); and to a whole path component, so that a proxy norm's
-# "proxy_gamma" / "proxy_beta" stay decayed: that pulls the proxy back to N(0, 1) (REFERENCE.md).
+# "proxy_gamma" / "proxy_beta" stay decayed: that pulls the proxy back to N(0, 1) (Labatie et al.
+# 2021; docs/proxy_norm.md).
 NORM_SCALE_SHIFT_PATTERNS: tuple[str, ...] = (r"(^|/)gamma$", r"(^|/)beta$")
 BIAS_PATTERNS: tuple[str, ...] = (r"(^|/)bias$",)
 

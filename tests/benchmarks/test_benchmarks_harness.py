@@ -60,7 +60,7 @@ def test_model_benchmark_steps_every_layer_and_model_configuration(tmp_path):
     check_references(layers, lambda r: r["benchmark"])
 
     models = check_results(tmp_path, f"model_{backend}")
-    variants = [bench_model.REFERENCE, *bench_model.VARIANTS]
+    variants = [bench_model.BASELINE, *bench_model.VARIANTS]
     assert sorted((r["benchmark"], r["variant"]) for r in models) == sorted(
         (mode, v) for mode in ("train", "inference") for v in variants)
     assert {(r["resolution"], r["batch"], r["precision"]) for r in models} == {
@@ -128,7 +128,7 @@ def test_pareto_benchmark_trains_both_methods_one_tiny_step(tmp_path):
                               "--output-dir", str(tmp_path)])
     assert rows == check_results(tmp_path, "pareto")
     reference, ours = rows
-    assert reference["variant"] == bench_pareto.REFERENCE == ours["reference"]
+    assert reference["variant"] == bench_pareto.BASELINE == ours["reference"]
     assert [p["phase"] for p in reference["curve"]] == ["train", "weight average"]
     assert [p["phase"] for p in ours["curve"]] == ["train", "fine-tuned (1 epochs, head only)"]
     assert ours["curve"][-1]["seconds"] > ours["curve"][0]["seconds"]  # fine-tune time counts
@@ -147,7 +147,7 @@ def test_gpu_benchmark_smoke_runs_under_jax_without_tensorflow(tmp_path):
             .splitlines()]
     assert sorted((r["benchmark"], r["variant"], r["backend"]) for r in rows) == sorted(
         (mode, v, "jax") for mode in ("train", "inference")
-        for v in (bench_model.REFERENCE, "G16-LN+PN"))
+        for v in (bench_model.BASELINE, "G16-LN+PN"))
     assert all(r["smoke"] and r["precision"] == "mixed_bfloat16" for r in rows)
     assert "timm peer skipped" in out or any(r["backend"] == "torch" for r in rows)
     # .venv-jax has no matplotlib: the chart is drawn here from the rows alone.

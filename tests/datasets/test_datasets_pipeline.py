@@ -57,7 +57,7 @@ def test_training_without_mixing_gives_sparse_labels_matching_images(folder):
 
 
 def test_fine_tune_input_is_shuffled_training_images_with_eval_crops(folder):
-    # training=True, augment=False: the fine-tune phase's input (REFERENCE.md).
+    # training=True, augment=False: the fine-tune phase's input (docs/recipes.md).
     kwargs = {"image_size": 12, "batch_size": 12, "mixup_alpha": 0.2}
     tuned = make_dataset(folder_source(folder), "train", training=True, augment=False, seed=3,
                          **kwargs)

@@ -20,7 +20,7 @@ def _variable(value, path):
 
 
 def _lars_reference(w, grads, lr, momentum, eta, wd, epsilon=0.0, excluded=False):
-    """NumPy float64 MLPerf LARS written from REFERENCE.md, independent of the implementation."""
+    """NumPy float64 MLPerf LARS written from docs/recipes.md, independent of the implementation."""
     w = np.asarray(w, np.float64).copy()
     v = np.zeros_like(w)
     for g in grads:

@@ -18,7 +18,7 @@ def _variable(value, path):
 
 
 def _rmsprop_tf_reference(w, grads, lrs, rho, momentum, epsilon, wd):
-    """NumPy float64 TF1 RMSProp from REFERENCE.md (ms starts at 1, epsilon inside the sqrt)."""
+    """NumPy float64 TF1 RMSProp per docs/recipes.md (ms starts at 1, epsilon in the sqrt)."""
     w = np.asarray(w, np.float64).copy()
     ms, mom = np.ones_like(w), np.zeros_like(w)
     for g, lr in zip(grads, lrs, strict=True):
