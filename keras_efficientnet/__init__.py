@@ -9,14 +9,33 @@ import importlib
 
 __version__ = "0.1.0"
 
-from keras_efficientnet import (
-    layers,
-    models,
-)
-from keras_efficientnet.models.efficientnet import EfficientNet
-from keras_efficientnet.models.macs import count_macs
+# Modules whose classes Keras must find by name when it loads a saved model: every public layer,
+# the EfficientNet model, every optimizer and learning-rate schedule.
+_SERIALIZABLE_MODULES = ("layers", "models", "optimizers")
 
-_LAZY_SUBMODULES = ("datasets", "optimizers", "training", "distribute", "cli")
+
+def _register_serializables() -> None:
+    """Registers every public layer, model, optimizer and schedule with Keras' serialization.
+
+    Importing a module runs its `@keras.saving.register_keras_serializable` decorators, so that
+    `import keras_efficientnet` is all a fresh process needs before
+    `keras.models.load_model(path)` (safe mode included) of a model that uses them, or that was
+    compiled with `LARS`, `RMSPropTF`, `SGD` or a `WarmupSchedule`. These modules need Keras but
+    not TensorFlow. Kept in this one function so that an entry point that must answer before
+    Keras is imported knows what to call (see the README's development notes).
+    """
+    for name in _SERIALIZABLE_MODULES:
+        importlib.import_module(f"keras_efficientnet.{name}")
+
+
+_register_serializables()
+
+from keras_efficientnet import layers, models, optimizers  # noqa: E402
+from keras_efficientnet.models.efficientnet import EfficientNet  # noqa: E402
+from keras_efficientnet.models.macs import count_macs  # noqa: E402
+from keras_efficientnet.models.presets import list_presets  # noqa: E402
+
+_LAZY_SUBMODULES = ("datasets", "training", "distribute", "cli")
 
 
 def __getattr__(name):
@@ -26,4 +45,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'keras_efficientnet' has no attribute {name!r}")
 
 
-__all__ = ["EfficientNet", "count_macs", "layers", "models", *_LAZY_SUBMODULES]
+__all__ = ["EfficientNet", "count_macs", "layers", "list_presets", "models", "optimizers",
+           *_LAZY_SUBMODULES]

@@ -10,12 +10,52 @@ IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 
+def _kind(dtype) -> str:
+    dtype = keras.backend.standardize_dtype(dtype)
+    if "int" in dtype:
+        return "int"
+    return "float" if "float" in dtype else "other"
+
+
+def check_input_dtype(input_dtype) -> None:
+    """Raises a ValueError unless `input_dtype` is an integer (uint8) or float dtype."""
+    try:
+        kind = _kind(input_dtype)
+    except ValueError:
+        kind = "other"
+    if kind == "other":
+        raise ValueError(f"input_dtype must be 'uint8' (pixels in [0, 255]) or a float dtype such "
+                         f"as 'float32' (float pixels in [0, 255]), received {input_dtype!r}")
+
+
+def check_image_dtype(images, input_dtype, where: str) -> None:
+    """Refuses float `images` for an integer (uint8) model input, which would truncate them.
+
+    Casting float pixels to uint8 drops their fraction: images in [0, 1] become 0s and 1s, an
+    almost black picture, and the model's predictions are silently wrong. Objects without a
+    dtype (Python lists) are left to Keras.
+    """
+    dtype = getattr(images, "dtype", None)
+    if dtype is None or _kind(input_dtype) != "int":
+        return
+    dtype = keras.backend.standardize_dtype(dtype)
+    if _kind(dtype) == "float":
+        raise ValueError(
+            f"{where} takes {input_dtype} images with pixel values in [0, 255], received "
+            f"{dtype} images, which the {input_dtype} input would truncate to integers (images "
+            f"in [0, 1] would turn almost black). Pass {input_dtype} pixels, e.g. "
+            f"`np.round(images * 255).astype('{input_dtype}')` for images in [0, 1], or build "
+            "the model with input_dtype='float32' to feed float pixels in [0, 255]")
+
+
 @keras.saving.register_keras_serializable(package="keras_efficientnet")
 class ImageNormalization(keras.layers.Layer):
-    """Casts images (uint8 in [0, 255] or float) and applies `(x - mean) / std` per channel.
+    """Casts images to the compute dtype and applies `(x - mean) / std` per channel.
 
     The first layer of every EfficientNet here: the host pipeline sends uint8 and the arithmetic
-    happens on the accelerator.
+    happens on the accelerator. The input is RGB pixel values in [0, 255], as uint8 or as float
+    (float images in [0, 1] must be multiplied by 255 first: the layer cannot tell them apart
+    from dark images). Inputs that are neither integer nor float are refused.
 
     Args:
         mean: per-channel mean in pixel units. Default ImageNet's, times 255.
@@ -45,6 +85,9 @@ class ImageNormalization(keras.layers.Layer):
                 f"{len(self.mean)} entries")
 
     def call(self, inputs):
+        if _kind(inputs.dtype) == "other":
+            raise ValueError(f"{self.name}: images must be integer (uint8) or float pixels in "
+                             f"[0, 255], received dtype {inputs.dtype}")
         x = ops.cast(inputs, self.compute_dtype)
         mean = np.asarray(self.mean, "float32")
         inv_std = 1.0 / np.asarray(self.std, "float32")

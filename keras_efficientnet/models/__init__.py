@@ -11,9 +11,10 @@ from keras_efficientnet.models.efficientnet import (
     round_repeats,
 )
 from keras_efficientnet.models.macs import count_macs, layer_macs
-from keras_efficientnet.models.presets import PRESETS, preset_config
+from keras_efficientnet.models.presets import PRESETS, list_presets, preset_config, preset_name
 
 __all__ = [
     "B0_STAGES", "PRESETS", "SCALING", "VARIANTS", "BlockSpec", "EfficientNet", "block_specs",
-    "count_macs", "layer_macs", "preset_config", "round_filters", "round_repeats",
+    "count_macs", "layer_macs", "list_presets", "preset_config", "preset_name", "round_filters",
+    "round_repeats",
 ]

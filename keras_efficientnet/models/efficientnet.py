@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
 from typing import NamedTuple
 
@@ -9,7 +11,8 @@ import keras
 
 from keras_efficientnet.layers.group_conv import conv_kernel_initializer
 from keras_efficientnet.layers.groups import num_groups
-from keras_efficientnet.layers.image_normalization import ImageNormalization
+from keras_efficientnet.layers.image_normalization import (
+    ImageNormalization, check_image_dtype, check_input_dtype)
 from keras_efficientnet.layers.mbconv import MBConvBlock, norm_activation
 from keras_efficientnet.layers.normalization import check_norm
 
@@ -59,6 +62,8 @@ SCALING = {
 }
 VARIANTS = tuple(SCALING)
 POOLINGS = (None, "avg", "max")
+# Keyword arguments that keras.Model itself takes from a saved config, besides `name`.
+MODEL_KWARGS = ("trainable",)
 
 
 def round_filters(filters: int, width: float, divisor: int = CHANNEL_DIVISOR) -> int:
@@ -135,13 +140,35 @@ def _check_input_shape(input_shape) -> tuple:
     return tuple(input_shape)
 
 
+def _check_keyword_arguments(kwargs: dict) -> None:
+    # Like keras.applications: a misspelt argument (`num_classes=` for `classes=`) must not
+    # silently build another model.
+    unknown = sorted(set(kwargs) - set(MODEL_KWARGS))
+    if not unknown:
+        return
+    valid = [name for name, parameter in inspect.signature(EfficientNet.__init__).parameters.items()
+             if name != "self" and parameter.kind is not inspect.Parameter.VAR_KEYWORD]
+    valid += list(MODEL_KWARGS)
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+        if not close:
+            close = [v for v in valid if v in name or name in v][:1]
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise TypeError(f"EfficientNet() got unexpected keyword argument(s) {', '.join(hints)}; "
+                    f"valid arguments: {valid}")
+
+
 @keras.saving.register_keras_serializable(package="keras_efficientnet")
 class EfficientNet(keras.Model):
     """EfficientNet B0..B7 (Tan & Le 2019) with the changes of Masters et al. 2021.
 
-    A functional Keras model taking uint8 (or float) images in [0, 255] and normalizing them
-    inside the model. `group_size=16, expand_ratio=4` gives the paper's G16 variant, and
+    A functional Keras model whose input is RGB pixel values in [0, 255], normalized inside the
+    model: uint8 by default (`input_dtype="uint8"`), where float input is refused with a message
+    rather than truncated to integers; `input_dtype="float32"` takes float pixels in [0, 255]
+    (not [0, 1]). `group_size=16, expand_ratio=4` gives the paper's G16 variant, and
     `norm="layer"` or `"group"` with `proxy_norm=True` its batch-independent normalization.
+    Unknown keyword arguments raise a `TypeError`, as in `keras.applications`.
 
     Args:
         variant: "b0".."b7", or "tiny" (half-width, one block per stage) for tests. Default "b0".
@@ -161,8 +188,15 @@ class EfficientNet(keras.Model):
         drop_connect_rate: stochastic depth of the last block (linear in block index). Default 0.2.
         input_shape: (height, width, 3); None takes the variant's resolution. Use
             (None, None, 3) to accept any resolution.
-        input_dtype: dtype of the input tensor. Default "uint8".
+        input_dtype: dtype of the input tensor: "uint8" (default), or a float dtype such as
+            "float32" for float pixels in [0, 255].
         width_coefficient, depth_coefficient: override the variant's scaling.
+        weights: None (random initialization), "imagenet" (keras.applications' EfficientNet
+            B0-B7 ImageNet weights, fetched once through Keras' download cache) or the path of
+            such a `.h5` file. Only the G1-BN architecture (`efficientnet-bN-g1-bn`) fits them;
+            with `include_top=False` or `classes != 1000` the backbone loads and the classifier
+            stays newly initialized. Not part of `get_config()`: a saved model carries its own
+            weights. See docs/pretrained.md.
 
     Example:
         >>> model = EfficientNet("b0", group_size=16, expand_ratio=4, norm="layer",
@@ -179,7 +213,8 @@ class EfficientNet(keras.Model):
                  dropout_rate: float | None = None, drop_connect_rate: float = 0.2,
                  input_shape=None, input_dtype: str = "uint8",
                  width_coefficient: float | None = None, depth_coefficient: float | None = None,
-                 name: str | None = None, **kwargs):
+                 weights: str | None = None, name: str | None = None, **kwargs):
+        _check_keyword_arguments(kwargs)
         if variant not in SCALING:
             raise ValueError(f"variant must be one of {list(VARIANTS)}, received {variant!r}")
         check_norm(norm, norm_groups, proxy_norm)
@@ -196,6 +231,20 @@ class EfficientNet(keras.Model):
         shape = _check_input_shape(
             (scaling.resolution, scaling.resolution, 3) if input_shape is None else input_shape)
         dropout = scaling.dropout if dropout_rate is None else float(dropout_rate)
+        check_input_dtype(input_dtype)
+        config = dict(
+            variant=variant, group_size=group_size, expand_ratio=expand_ratio,
+            first_stage_group_size=first_stage_group_size, norm=norm, norm_groups=norm_groups,
+            proxy_norm=proxy_norm, activation=activation, include_top=include_top,
+            pooling=pooling, classes=classes, classifier_activation=classifier_activation,
+            dropout_rate=dropout_rate, drop_connect_rate=drop_connect_rate,
+            input_shape=list(input_shape) if input_shape is not None else None,
+            input_dtype=input_dtype, width_coefficient=width_coefficient,
+            depth_coefficient=depth_coefficient)
+        if weights is not None:  # before building: a misfit fails at once, even for B7
+            from keras_efficientnet.models import pretrained
+
+            pretrained.check_weights(weights, config)
         specs = block_specs(width, depth, group_size=group_size, expand_ratio=expand_ratio,
                             first_stage_group_size=first_stage_group_size,
                             drop_connect_rate=drop_connect_rate)
@@ -237,16 +286,28 @@ class EfficientNet(keras.Model):
             x = keras.layers.GlobalMaxPooling2D(name="max_pool")(x)
         super().__init__(inputs=inputs, outputs=x, name=name or f"efficientnet_{variant}",
                          **kwargs)
-        self._config = dict(
-            variant=variant, group_size=group_size, expand_ratio=expand_ratio,
-            first_stage_group_size=first_stage_group_size, norm=norm, norm_groups=norm_groups,
-            proxy_norm=proxy_norm, activation=activation, include_top=include_top,
-            pooling=pooling, classes=classes, classifier_activation=classifier_activation,
-            dropout_rate=dropout_rate, drop_connect_rate=drop_connect_rate,
-            input_shape=list(input_shape) if input_shape is not None else None,
-            input_dtype=input_dtype, width_coefficient=width_coefficient,
-            depth_coefficient=depth_coefficient)
+        self._config = config
         self.block_names = tuple(spec.name for spec in specs)
+        if weights is not None:
+            from keras_efficientnet.models import pretrained
+
+            pretrained.load_weights(self, weights)
+
+    def _check_images(self, inputs) -> None:
+        # A uint8 input would silently truncate float images (in [0, 1]: to near-black).
+        images = inputs.get("images") if isinstance(inputs, dict) else inputs
+        if isinstance(images, (list, tuple)) and len(images) == 1:
+            images = images[0]
+        check_image_dtype(images, self._config["input_dtype"], self.name)
+
+    def __call__(self, *args, **kwargs):
+        if args:  # checked here too, so the error comes out without Keras' call report
+            self._check_images(args[0])
+        return super().__call__(*args, **kwargs)
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        self._check_images(inputs)  # stateless calls (JAX training) come straight here
+        return super().call(inputs, training=training, mask=mask, **kwargs)
 
     # Boundaries: "stem" and "head" plus one entry per MBConv block, in forward order.
     def block_layers(self) -> dict[str, list[keras.Layer]]:
@@ -263,9 +324,47 @@ class EfficientNet(keras.Model):
             groups.setdefault(current, []).append(layer)
         return groups
 
+    def feature_maps(self, strides=(4, 8, 16, 32)) -> keras.Model:
+        """A model from the same images to the backbone's feature maps, by name, for detection
+        and segmentation heads.
+
+        Each output is the last MBConv block's output at one stride (stride 32: the last block
+        before the head conv, as timm's `features_only` and keras-hub's pyramid outputs pick
+        them), named `"P2"` (stride 4), `"P3"` (8), `"P4"` (16) and `"P5"` (32): pyramid level
+        `k` has stride `2**k`. The returned model shares this model's layers and weights, so
+        training it trains the backbone; build the backbone with `include_top=False` to leave
+        the classifier out, and with `input_shape=(None, None, 3)` to take any resolution.
+
+        Args:
+            strides: the strides wanted, each a power of two from 2 to 32. Default (4, 8, 16, 32).
+
+        Example:
+            >>> backbone = EfficientNet("b0", include_top=False, input_shape=(None, None, 3))
+            >>> features = backbone.feature_maps()
+            >>> {k: v.shape for k, v in features(np.zeros((1, 224, 224, 3), "uint8")).items()}
+            {'P2': (1, 56, 56, 24), 'P3': (1, 28, 28, 40), 'P4': (1, 14, 14, 112),
+             'P5': (1, 7, 7, 320)}
+        """
+        last_at_stride, stride = {}, 2  # the stem conv has stride 2
+        for block_name in self.block_names:
+            block = self.get_layer(block_name)
+            stride *= block.strides
+            last_at_stride[stride] = block
+        wanted = tuple(strides)
+        missing = [s for s in wanted if s not in last_at_stride]
+        if not wanted or missing:
+            raise ValueError(f"{self.name}: feature maps exist at strides "
+                             f"{sorted(last_at_stride)}, received strides={strides!r}")
+        outputs = {f"P{int(math.log2(s))}": last_at_stride[s].output for s in wanted}
+        return keras.Model(self.input, outputs, name=f"{self.name}_features")
+
     @classmethod
     def from_preset(cls, preset: str, **overrides) -> EfficientNet:
-        """Builds a named architecture, e.g. "efficientnet-b4-g16-lnpn"; see `PRESETS`."""
+        """Builds a named architecture, e.g. "efficientnet-b4-g16-lnpn"; see `list_presets()`.
+
+        `overrides` replace or add constructor arguments, e.g. `input_shape=(64, 64, 3)`,
+        `classes=10` or `weights="imagenet"` (G1-BN presets only).
+        """
         from keras_efficientnet.models.presets import preset_config
 
         return cls(**{**preset_config(preset), **overrides})

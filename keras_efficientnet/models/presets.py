@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 from keras_efficientnet.models.efficientnet import SCALING, block_specs
 
 G16_GROUP_SIZE = 16
@@ -50,3 +52,32 @@ def preset_config(preset: str) -> dict:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {sorted(PRESETS)}")
     return dict(PRESETS[preset])
+
+
+def list_presets(pattern: str | None = None) -> list[str]:
+    """Sorted preset names, those matching a shell-style `pattern` when one is given.
+
+    Example:
+        >>> list_presets("*-b0-*")
+        ['efficientnet-b0-g1-bn', 'efficientnet-b0-g1-gn', 'efficientnet-b0-g16-gn',
+         'efficientnet-b0-g16-gnpn', 'efficientnet-b0-g16-lnpn']
+    """
+    names = sorted(PRESETS)
+    return names if pattern is None else [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+
+
+# The architecture arguments a preset may set, with the constructor's defaults.
+ARCHITECTURE_DEFAULTS = dict(group_size=1, expand_ratio=None, first_stage_group_size=None,
+                             norm="batch", norm_groups=4, proxy_norm=False, activation="swish",
+                             width_coefficient=None, depth_coefficient=None)
+
+
+def preset_name(config: dict) -> str | None:
+    """The preset whose architecture a model config has (resolution, classes and head aside)."""
+    def architecture(values: dict) -> dict:
+        return {k: values.get(k, default) for k, default in
+                {"variant": None, **ARCHITECTURE_DEFAULTS}.items()}
+
+    wanted = architecture(config)
+    return next((name for name, values in PRESETS.items() if architecture(values) == wanted),
+                None)
