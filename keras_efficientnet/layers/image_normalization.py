@@ -28,6 +28,14 @@ def check_input_dtype(input_dtype) -> None:
                          f"as 'float32' (float pixels in [0, 255]), received {input_dtype!r}")
 
 
+def _in_keras_scratch_graph(images) -> bool:
+    # Under a tf.distribute strategy, Keras' `fit` first builds the model from the *mean* of a
+    # batch over the replicas, a float even for uint8 images, in a throw-away graph that Keras
+    # names "scratch_graph..."; no data flows there, so nothing can be misread.
+    graph = getattr(images, "graph", None)  # TensorFlow graph tensors only
+    return str(getattr(graph, "name", "")).startswith("scratch_graph")
+
+
 def check_image_dtype(images, input_dtype, where: str) -> None:
     """Refuses float `images` for an integer (uint8) model input, which would truncate them.
 
@@ -36,7 +44,7 @@ def check_image_dtype(images, input_dtype, where: str) -> None:
     dtype (Python lists) are left to Keras.
     """
     dtype = getattr(images, "dtype", None)
-    if dtype is None or _kind(input_dtype) != "int":
+    if dtype is None or _kind(input_dtype) != "int" or _in_keras_scratch_graph(images):
         return
     dtype = keras.backend.standardize_dtype(dtype)
     if _kind(dtype) == "float":

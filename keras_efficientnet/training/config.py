@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 from dataclasses import dataclass, field
 
 from keras_efficientnet.training.plan import PRECISIONS, STRATEGIES, ExecutionPlan, plan_from_values
@@ -31,6 +32,9 @@ class TrainConfig:
     model_dir: str = _f("runs/default", "Checkpoints, TensorBoard logs and results.json.")
     resume: bool = _f(True, "Resume from the latest checkpoint in model_dir when there is one.")
     keep_checkpoints: int = _f(3, "Per-epoch checkpoints to keep (the newest).")
+    export_dir: str = _f("", "Also write the final model here as a TensorFlow SavedModel "
+                             "(serving signature: uint8 images in, probabilities out); empty = "
+                             "none. Every training run writes model_dir/model.keras.")
 
     # Model.
     model: str = _f("efficientnet-b0-g16-lnpn",
@@ -176,6 +180,9 @@ def validate(config: TrainConfig) -> None:
         value = getattr(config, name)
         if 0 < value < 32:
             raise ValueError(f"--{name} must be 0 (native) or >= 32, received {value}")
+    if config.export_dir and os.path.isfile(config.export_dir):
+        raise ValueError(f"--export_dir={config.export_dir!r} is a file; give a directory "
+                         "(created if missing)")
     if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
         raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")
     # The plan's own rules (strategy, replicas and stages together) and its split names.

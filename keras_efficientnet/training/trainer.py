@@ -23,6 +23,7 @@ from keras_efficientnet.training.callbacks import (
 )
 from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
+from keras_efficientnet.training.export import export_saved_model, inference_model, save_model
 from keras_efficientnet.training.runtime import OneDevice
 
 log = logging.getLogger("keras_efficientnet")
@@ -143,6 +144,26 @@ def build_datasets(config: TrainConfig, resolution: int, *, training: bool, spli
         private_threadpool_size=config.host_threads or None,
         eval_resize_ratio=config.eval_resize_ratio, area_range=(config.crop_area_min, 1.0),
         random_flip=config.random_flip)
+
+
+def class_names(config: TrainConfig) -> tuple[str, ...] | None:
+    """The class names of the configured source, in label order, where it records them."""
+    from keras_efficientnet import datasets
+
+    return datasets.dataset_info(config.dataset, config.eval_split,
+                                 data_dir=config.data_dir or None).class_names
+
+
+def save_outputs(config: TrainConfig, model: keras.Model) -> dict:
+    """Writes `<model_dir>/model.keras` after training (and the SavedModel of --export_dir);
+    returns their paths for results.json. Both hold the model with a softmax classifier."""
+    written = {}
+    final = inference_model(model)
+    if config.mode != "evaluate":
+        written["model_file"] = str(save_model(final, config.model_dir, class_names(config)))
+    if config.export_dir:
+        written["export_dir"] = str(export_saved_model(final, config.export_dir))
+    return written
 
 
 def dataset_facts(config: TrainConfig) -> tuple[int, int, int]:
@@ -359,6 +380,7 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
             evaluation_model = build_model(config, test_res, num_classes)
             evaluation_model.set_weights(model.get_weights())
         compile_model(evaluation_model, "sgd", config, num_classes)
+        final_model = evaluation_model
         before = evaluate(evaluation_model, eval_data(test_res), eval_steps)
         results.update(test_resolution=test_res, weights=weights_from,
                        **{f"{k}_before_finetune" if config.mode.endswith("finetune") else k: v
@@ -371,6 +393,7 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
                 copy.set_weights(tuned.get_weights())
                 compile_model(copy, "sgd", config, num_classes)
                 tuned = copy
+            final_model = tuned
             after = evaluate(tuned, eval_data(test_res), eval_steps)
             results.update(finetune_epochs=config.finetune_epochs,
                            finetune_images_per_second=info["images_per_second"], **after)
@@ -378,6 +401,8 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
                 tuned.save_weights(Path(config.model_dir) / "finetuned.weights.h5")
         elif config.mode.endswith("finetune"):
             results.update(before)
+        if runtime.is_chief:
+            results.update(save_outputs(config, final_model))
     results["wall_seconds"] = time.perf_counter() - started
     if not runtime.is_chief:
         print(f"top-1 {results['top1']:.4f}; the chief process writes the results", flush=True)
@@ -396,6 +421,9 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
                                        f"at {test_res}px"))
     rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}"),
              ("wall time", f"{results['wall_seconds']:.0f} s"), ("results", str(path))]
+    rows += [(label, results[key]) for label, key in (("model file", "model_file"),
+                                                      ("SavedModel", "export_dir"))
+             if key in results]
     print("\n" + _summary_table(rows), flush=True)
     return results
 

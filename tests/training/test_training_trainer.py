@@ -177,6 +177,7 @@ def test_cli_writes_results_json(tmp_path):
     assert results["config"]["optimizer"] == "lars"
     assert math.isfinite(results["images_per_second"])
     assert "top-1" in result.stdout and (tmp_path / "finetuned.weights.h5").is_file()
+    assert results["model_file"] == str(tmp_path / "model.keras")  # the chief wrote it
     plan = result.stdout[:result.stdout.index("global batch")]
     assert "strategy              mirrored" in plan and "replicas              2" in plan
     assert "global batch          16 = 8 x 1 x 2" in result.stdout
