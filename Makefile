@@ -27,7 +27,7 @@ help:
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e ".[test]"
+	$(VENV)/bin/pip install -q -e ".[cpu,digits,test]"
 	touch $@
 
 # A second environment with Keras and JAX but *no TensorFlow*: it proves that the model,

@@ -172,8 +172,12 @@ def default_data_dir() -> Path:
 
 
 def _write_digits(root: Path) -> None:
-    from PIL import Image
-    from sklearn.datasets import load_digits
+    try:
+        from PIL import Image
+        from sklearn.datasets import load_digits
+    except ImportError as error:
+        raise ImportError(f"the 'digits' dataset needs scikit-learn and pillow ({error}); "
+                          "pip install 'keras-efficientnet[digits]'") from None
 
     digits = load_digits()
     # Values are ink counts 0..16: stretch to 0..255 and repeat to RGB so the folder reader sees
