@@ -21,8 +21,7 @@ def _register_serializables() -> None:
     `import keras_efficientnet` is all a fresh process needs before
     `keras.models.load_model(path)` (safe mode included) of a model that uses them, or that was
     compiled with `LARS`, `RMSPropTF`, `SGD` or a `WarmupSchedule`. These modules need Keras but
-    not TensorFlow. Kept in this one function so that an entry point that must answer before
-    Keras is imported knows what to call (see the README's development notes).
+    not TensorFlow. It is the one place where importing the package imports Keras.
     """
     for name in _SERIALIZABLE_MODULES:
         importlib.import_module(f"keras_efficientnet.{name}")

@@ -1,6 +1,8 @@
 """What users of keras.applications and timm expect from the model: strict arguments, a stated
 input, the preset list and feature maps by stride."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -70,3 +72,12 @@ def test_feature_maps_by_stride_at_two_resolutions():
     with pytest.raises(ValueError, match=r"feature maps exist at strides \[2, 4, 8, 16, 32\], "
                                          r"received strides=\(64,\)"):
         backbone.feature_maps(strides=(64,))
+
+
+def test_readme_preset_table_lists_every_preset():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("<!-- preset-table:begin -->")[1].split("<!-- preset-table:end -->")[0]
+    rows = {line.split("`")[1]: line for line in table.splitlines() if line.startswith("| `")}
+    assert sorted(rows) == ke.list_presets()  # regenerate: python scripts/preset_table.py
+    # keras.applications.EfficientNetB0: 5,330,571 parameters, 0.39 G multiply-accumulates.
+    assert "| 5.33 M | 0.388 G | 224 |" in rows["efficientnet-b0-g1-bn"]
