@@ -91,15 +91,11 @@ def test_other_classes_load_the_backbone_and_keep_a_new_head(b0, fetched, caplog
     assert model.get_layer("predictions").kernel.shape == (1280, 10)
 
 
-def test_a_path_with_another_classifier_keeps_a_new_head(b0, caplog):
+def test_a_path_with_another_classifier_gives_keras_applications_feature_maps(b0, caplog):
     with caplog.at_level(logging.INFO, logger="keras_efficientnet"):
-        ke.EfficientNet("b0", classes=10, input_shape=(SIZE, SIZE, 3), weights=b0["top"])
+        backbone = ke.EfficientNet("b0", classes=10, weights=b0["top"],
+                                   input_shape=(None, None, 3))
     assert "10-class classifier is newly initialized (the file's has 1000 classes)" in caplog.text
-
-
-def test_feature_maps_are_keras_applications_stage_outputs(b0):
-    backbone = ke.EfficientNet("b0", include_top=False, weights=b0["notop"],
-                               input_shape=(None, None, 3))
     features = backbone.feature_maps()(b0["images"])
     reference = b0["reference"]
     ends = {"P2": "block2b_add", "P3": "block3b_add", "P4": "block5c_add",
