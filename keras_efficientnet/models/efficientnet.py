@@ -12,7 +12,10 @@ import keras
 from keras_efficientnet.layers.group_conv import conv_kernel_initializer
 from keras_efficientnet.layers.groups import num_groups
 from keras_efficientnet.layers.image_normalization import (
-    ImageNormalization, check_image_dtype, check_input_dtype)
+    ImageNormalization,
+    check_image_dtype,
+    check_input_dtype,
+)
 from keras_efficientnet.layers.mbconv import MBConvBlock, norm_activation
 from keras_efficientnet.layers.normalization import check_norm
 

@@ -13,7 +13,9 @@ import pytest
 import keras_efficientnet as ke
 from keras_efficientnet.models import pretrained
 from tests.models.keras_applications_h5 import (
-    randomized_keras_applications, write_keras_applications_h5)
+    randomized_keras_applications,
+    write_keras_applications_h5,
+)
 
 # keras.applications models are full-size B0s: seconds under TensorFlow, minutes under JAX on a
 # CPU (eager dispatch); the loader itself is NumPy and h5py, the same on every backend.

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.models.keras_applications_h5 import (
-    randomized_keras_applications, write_keras_applications_h5)
+    randomized_keras_applications,
+    write_keras_applications_h5,
+)
 
 pytestmark = pytest.mark.tf_only
 
