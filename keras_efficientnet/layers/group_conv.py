@@ -124,18 +124,20 @@ def grouped_conv2d(x, kernel, strides: int = 1, padding: str = "same", groups: i
 
 @keras.saving.register_keras_serializable(package="keras_efficientnet")
 class GroupConv2D(keras.layers.Layer):
-    """2-D convolution whose input channels are split into groups of `group_size` channels.
+    """2-D convolution whose input channels are split into groups of about `group_size` each.
 
     `group_size=1` is a depthwise convolution; `group_size=16` is the G16 convolution of Masters
-    et al. 2021 ("Making EfficientNet More Efficient"). The kernel has shape
-    `[kh, kw, group_size, filters]`, as in Keras' `Conv2D(groups=...)`, so weights are
-    interchangeable with it, but the computation avoids Keras' XLA-compiled grouped path.
+    et al. 2021 ("Making EfficientNet More Efficient"). As in Graphcore's implementation the
+    layer forms `groups = max(channels // group_size, 1)` equal groups (`num_groups`): 40
+    channels at group size 16 are 2 groups of 20, 24 channels one dense group. The kernel has
+    shape `[kh, kw, channels // groups, filters]`, as in Keras' `Conv2D(groups=...)`, so weights
+    are interchangeable with it, but the computation avoids Keras' XLA-compiled grouped path.
 
     Args:
         filters: output channels; must be a multiple of the number of groups.
         kernel_size: int or pair, the spatial size of the kernel.
         strides: int, the stride in both spatial dimensions. Default 1.
-        group_size: input channels per group. Default 1 (depthwise).
+        group_size: nominal input channels per group (see `num_groups`). Default 1 (depthwise).
         padding: "same" or "valid". Default "same".
         use_bias: whether to add a bias. Default False (a norm follows in EfficientNet).
         kernel_initializer: default `conv_kernel_initializer` (EfficientNet's fan-out normal).
@@ -185,12 +187,12 @@ class GroupConv2D(keras.layers.Layer):
         if self.filters % self.groups:
             raise ValueError(
                 f"{self.name}: filters={self.filters} is not a multiple of the {self.groups} "
-                f"groups formed by {in_channels} channels / group_size {self.group_size}")
+                f"groups formed by {in_channels} channels at group_size {self.group_size}")
         initializer = self.kernel_initializer
         if initializer == "conv_kernel_initializer":
             initializer = conv_kernel_initializer(self.groups)
         self.kernel = self.add_weight(
-            name="kernel", shape=(*self.kernel_size, self.group_size, self.filters),
+            name="kernel", shape=(*self.kernel_size, in_channels // self.groups, self.filters),
             initializer=initializer, regularizer=self.kernel_regularizer)
         if self.use_bias:
             self.bias = self.add_weight(name="bias", shape=(self.filters,),

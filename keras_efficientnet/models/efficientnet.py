@@ -100,7 +100,10 @@ def block_specs(width: float, depth: float, *, group_size: int = 1, expand_ratio
     """The MBConv blocks of a scaled EfficientNet, named `block1a`, `block1b`, `block2a`, ...
 
     `expand_ratio`, when given, replaces the table's ratio in every stage whose ratio is not 1.
-    Group sizes are checked here so that a bad one fails before any layer is built.
+    Each spatial conv forms `max(channels // group_size, 1)` groups (Graphcore's rule, see
+    `layers.num_groups`); a group size whose groups cannot split a block's channels evenly
+    (b6's block1a: 56 channels at 16) fails here, naming the block, before any layer is built.
+    `first_stage_group_size` overrides the group size of stage 1 only (e.g. 14 for b6 at G16).
     """
     repeats = [round_repeats(stage.repeats, depth) for stage in B0_STAGES]
     total, specs = sum(repeats), []
@@ -118,8 +121,9 @@ def block_specs(width: float, depth: float, *, group_size: int = 1, expand_ratio
             except ValueError as error:
                 hint = ""
                 if stage_index == 0:
-                    hint = ("; the first stage keeps its stem's channels, so pass "
-                            "first_stage_group_size= with one of the valid sizes")
+                    hint = ("; stage 1 keeps the stem's channels (expand ratio 1): pass "
+                            "first_stage_group_size= with one of those sizes to choose a "
+                            "variant")
                 raise ValueError(f"{error}{hint}") from None
             specs.append(BlockSpec(
                 name=name, filters_in=filters_in,
@@ -177,8 +181,9 @@ class EfficientNet(keras.Model):
         variant: "b0".."b7", or "tiny" (half-width, one block per stage) for tests. Default "b0".
         group_size: channels per group of every block's spatial conv (1 = depthwise). Default 1.
         expand_ratio: replaces the table's expansion (6) in stages 2-7; None keeps it.
-        first_stage_group_size: group size of stage 1, whose channels are the stem's (b3 and b6
-            have 40 and 56 there, which 16 does not divide); None = `group_size`.
+        first_stage_group_size: group size of stage 1 only; None = `group_size`. Not needed
+            for b0-b5 (Graphcore's rule forms 2 groups of 20 from b3's 40 channels, 3 of 16
+            from b4's and b5's 48); b6 at 16 (56 channels, 3 groups) fails unless it is given.
         norm: "batch", "group" or "layer". Default "batch".
         norm_groups: groups of the group norm. Default 4.
         proxy_norm: Proxy Norm activations at the stem, expand, spatial conv and head.

@@ -7,6 +7,7 @@ import math
 import keras
 
 from keras_efficientnet.layers.group_conv import GroupConv2D
+from keras_efficientnet.layers.groups import num_groups
 
 
 def _spatial(shape) -> int:
@@ -31,7 +32,8 @@ def layer_macs(layer: keras.Layer, input_shape) -> int:
     if isinstance(layer, GroupConv2D):
         output = layer.compute_output_shape(tuple(input_shape))
         kh, kw = layer.kernel_size
-        return kh * kw * layer.group_size * layer.filters * _spatial(output)
+        depth = input_shape[-1] // num_groups(input_shape[-1], layer.group_size, layer.name)
+        return kh * kw * depth * layer.filters * _spatial(output)
     if isinstance(layer, keras.layers.DepthwiseConv2D):
         output = layer.compute_output_shape(tuple(input_shape))
         kh, kw = layer.kernel_size

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from keras_efficientnet.models.efficientnet import SCALING, block_specs
+from keras_efficientnet.models.efficientnet import SCALING
 
 G16_GROUP_SIZE = 16
 G16_EXPAND_RATIO = 4
@@ -20,16 +20,11 @@ FAMILIES = {
 }
 
 
-def _first_stage_group_size(variant: str, group_size: int) -> int | None:
-    # Stage 1 keeps expand ratio 1, so its blocks see the stem's and stage 1's own channels
-    # (b4: 48 and 24), which 16 need not divide: there, use the largest group size not above
-    # `group_size` that divides them all. Every other stage's channels are multiples of 32.
-    scaling = SCALING[variant]
-    channels = [spec.filters_in for spec in block_specs(scaling.width, scaling.depth)
-                if spec.name.startswith("block1")]
-    if all(c % group_size == 0 for c in channels):
-        return None
-    return max(d for d in range(1, group_size + 1) if all(c % d == 0 for c in channels))
+# Graphcore's rule (`layers.num_groups`) builds G16 b0-b5 and b7 as they are. b6's block1a has
+# 56 channels, which max(56 // 16, 1) = 3 groups cannot split (the paper reports b0-b5 only):
+# its G16 presets use 4 groups of 14 in stage 1, which keeps block1b and block1c (32 channels)
+# at the rule's 2 groups of 16 and changes block1a alone.
+G16_FIRST_STAGE_GROUP_SIZE = {"b6": 14}
 
 
 def _build_presets() -> dict[str, dict]:
@@ -37,9 +32,8 @@ def _build_presets() -> dict[str, dict]:
     for variant in SCALING:  # "tiny" too: the smoke and default jobs use it
         for family, config in FAMILIES.items():
             config = {"variant": variant, **config}
-            first = _first_stage_group_size(variant, config["group_size"])
-            if first is not None:
-                config["first_stage_group_size"] = first
+            if config["group_size"] == G16_GROUP_SIZE and variant in G16_FIRST_STAGE_GROUP_SIZE:
+                config["first_stage_group_size"] = G16_FIRST_STAGE_GROUP_SIZE[variant]
             presets[f"efficientnet-{variant}-{family}"] = config
     return presets
 

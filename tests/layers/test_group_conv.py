@@ -98,6 +98,10 @@ CASES = [
     (12, 12, 12, 3, 1, "same"),
     (48, 48, 4, 3, 2, "same"),  # 12 groups: the single grouped-kernel path on TensorFlow
     (16, 16, 16, 3, 1, "same"),  # 1 group: an ordinary convolution
+    # Graphcore's rule where 16 does not divide the channels: max(C // 16, 1) equal groups.
+    (40, 40, 16, 3, 1, "same"),  # 2 groups of 20 (B3's block1a)
+    (48, 48, 16, 3, 2, "same"),  # 3 groups of 16 (B4's and B5's block1a)
+    (24, 24, 16, 3, 1, "same"),  # 1 dense group of 24 (B3-B5's block1b)
 ]
 
 
@@ -148,11 +152,24 @@ def test_initializer_variance_uses_per_group_fan_out():
     assert abs(std - np.sqrt(2.0 / 144)) < 0.15 * np.sqrt(2.0 / 144)
 
 
-def test_group_size_that_does_not_divide_is_rejected_with_valid_sizes():
-    layer = GroupConv2D(24, 3, group_size=16, name="block9z_conv")
-    with pytest.raises(ValueError, match=r"block9z_conv: group_size=16 does not divide its 24 "
-                                         r"channels; valid group sizes .*\[1, 2, 3, 4, 6, 8, 12"):
-        layer.build((1, 8, 8, 24))
+@pytest.mark.parametrize("channels,group_size,groups,width", [
+    (32, 16, 2, 16), (40, 16, 2, 20), (48, 16, 3, 16), (24, 16, 1, 24), (8, 16, 1, 8),
+    (144, 1, 144, 1), (96, 12, 8, 12)])
+def test_groups_follow_graphcores_rule(channels, group_size, groups, width):
+    assert num_groups(channels, group_size) == groups
+    layer = GroupConv2D(channels, 3, group_size=group_size)
+    layer.build((1, 8, 8, channels))
+    assert layer.groups == groups and tuple(layer.kernel.shape) == (3, 3, width, channels)
+
+
+def test_groups_that_cannot_split_the_channels_are_rejected_with_valid_sizes():
+    # B6's block1a: 56 channels at 16 would be 3 groups of 18.67.
+    layer = GroupConv2D(56, 3, group_size=16, name="block1a_conv")
+    with pytest.raises(ValueError, match=r"block1a_conv: group_size=16 gives max\(56 // 16, 1\) "
+                                         r"= 3 groups, which do not split its 56 channels "
+                                         r"evenly; group sizes that do \(up to 32\): "
+                                         r"\[1, 2, 4, 7, 8, 12, 13, 14, 19"):
+        layer.build((1, 8, 8, 56))
     with pytest.raises(ValueError, match="group_size must be a positive int, received 0"):
         num_groups(16, 0)
 

@@ -75,8 +75,9 @@ def test_mbconv_residual_and_parameter_count():
 
 
 def test_mbconv_errors_name_the_block():
-    with pytest.raises(ValueError, match=r"block3a: group_size=16 does not divide its 24 channels"):
-        MBConvBlock(24, 40, expand_ratio=1, group_size=16, name="block3a")
+    with pytest.raises(ValueError, match=r"block3a: group_size=16 gives .* 3 groups, which do "
+                                         r"not split its 56 channels"):
+        MBConvBlock(56, 40, expand_ratio=1, group_size=16, name="block3a")
     with pytest.raises(ValueError, match="block3a: proxy_norm=True needs"):
         MBConvBlock(16, 16, proxy_norm=True, norm="batch", name="block3a")
     with pytest.raises(ValueError, match="block3a: norm must be one of"):

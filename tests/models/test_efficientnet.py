@@ -1,10 +1,13 @@
 """EfficientNet against keras.applications, closed-form MAC counts and batch independence."""
 
+import math
+
 import keras
 import numpy as np
 import pytest
 
 import keras_efficientnet as ke
+from keras_efficientnet.layers import MBConvBlock
 from keras_efficientnet.models import PRESETS, block_specs, round_filters
 from tests.helpers import trainable_count
 
@@ -151,9 +154,9 @@ def test_mixed_precision_computes_in_bfloat16_with_a_float32_classifier():
     (dict(variant="b8"), r"variant must be one of \['b0'"),
     (dict(norm="instance"), r"norm must be one of \['batch', 'group', 'layer'\]"),
     (dict(norm="batch", proxy_norm=True), "proxy_norm=True needs a batch-independent norm"),
-    (dict(group_size=16, expand_ratio=6, variant="b0", first_stage_group_size=None,
-          norm="group", input_shape=(224, 224, 3), width_coefficient=1.2),
-     "block1a.*group_size=16 does not divide its 40 channels.*first_stage_group_size"),
+    (dict(variant="b6", group_size=16, expand_ratio=4, norm="group"),
+     r"block1a \(spatial conv\): group_size=16 gives max\(56 // 16, 1\) = 3 groups.*"
+     r"first_stage_group_size"),
     (dict(input_shape=(224, 224)), r"input_shape must be \(height, width, 3\)"),
     (dict(input_shape=(16, 16, 3)), "ints >= 32"),
     (dict(input_shape=(224, 224, 1)), "RGB"),
@@ -174,11 +177,76 @@ def test_presets_cover_b0_to_b7_for_four_families():
         ke.EfficientNet.from_preset("efficientnet-b9")
 
 
+# Parameter counts of G16 written out from the B0 stage table (Tan & Le 2019, table 1), the
+# scaling coefficients and Graphcore's grouping rule, without calling the model code.
+STAGES = [(3, 1, 32, 16, 1), (3, 2, 16, 24, 6), (5, 2, 24, 40, 6), (3, 3, 40, 80, 6),
+          (5, 3, 80, 112, 6), (5, 4, 112, 192, 6), (3, 1, 192, 320, 6)]
+WIDTH_DEPTH = {"b0": (1.0, 1.0), "b1": (1.0, 1.1), "b2": (1.1, 1.2), "b3": (1.2, 1.4),
+               "b4": (1.4, 1.8), "b5": (1.6, 2.2)}
+
+
+def _channels(filters, width):
+    scaled = filters * width
+    rounded = max(8, int(scaled + 4) // 8 * 8)
+    return rounded + 8 if rounded < 0.9 * scaled else rounded
+
+
+def g16_parameter_count(variant, proxy_norm, classes=1000):
+    """Trainable parameters of G16 (expand 4, group size 16): per conv max(C // 16, 1) groups.
+
+    GroupNorm carries gamma and beta (2 per channel); with LayerNorm + Proxy Norm the norm has
+    no affine and the proxy-normalized activation holds gamma, beta, proxy beta and proxy gamma
+    (4 per channel), and the projection's norm keeps a scale only.
+    """
+    width, depth = WIDTH_DEPTH[variant]
+    act_norm = 4 if proxy_norm else 2
+    stem = _channels(32, width)
+    total = 3 * 3 * 3 * stem + act_norm * stem
+    for kernel, repeats, c_in, c_out, expand in STAGES:
+        c_in, c_out = _channels(c_in, width), _channels(c_out, width)
+        expand = 1 if expand == 1 else 4
+        for j in range(math.ceil(depth * repeats)):
+            block_in = c_in if j == 0 else c_out
+            hidden = block_in * expand
+            if expand != 1:
+                total += block_in * hidden + act_norm * hidden
+            groups = max(hidden // 16, 1)
+            total += kernel * kernel * (hidden // groups) * hidden + act_norm * hidden
+            squeeze = max(1, int(block_in * 0.25))
+            total += hidden * squeeze + squeeze + squeeze * hidden + hidden
+            total += hidden * c_out + (1 if proxy_norm else 2) * c_out
+        last = c_out
+    head = _channels(1280, width)
+    return total + last * head + act_norm * head + head * classes + classes
+
+
+def test_g16_count_of_one_block_by_hand():
+    # B4's block1a: 48 channels, expand 1, 3 groups of 16 -> kernel 3 x 3 x 16 x 48 (not the
+    # 3 x 3 x 12 x 48 of 4 groups of 12), GN 2 x 48, SE 48 -> 12 -> 48, project 48 -> 24 + GN.
+    block = MBConvBlock(48, 24, expand_ratio=1, group_size=16, norm="group", name="block1a")
+    block.build((1, 8, 8, 48))
+    assert tuple(block.ordered_layers[0].kernel.shape) == (3, 3, 16, 48)
+    expected = 9 * 16 * 48 + 2 * 48 + (48 * 12 + 12 + 12 * 48 + 48) + 48 * 24 + 2 * 24
+    assert trainable_count(block) == expected
+
+
 @JAX_CPU_SLOW
-@pytest.mark.parametrize("preset", ["efficientnet-b3-g16-lnpn", "efficientnet-b4-g16-gn"])
-def test_g16_presets_with_awkward_first_stages_build(preset):
-    model = ke.EfficientNet.from_preset(preset, input_shape=(64, 64, 3), classes=10)
-    assert model(np.zeros((1, 64, 64, 3), "uint8")).shape == (1, 10)
+@pytest.mark.parametrize("variant,norm", [*[(v, "group") for v in WIDTH_DEPTH], ("b4", "layer")])
+def test_g16_parameter_counts_follow_graphcores_grouping_rule(variant, norm):
+    # The paper's arguments build it (no stage-1 override), and so do the presets.
+    arguments = dict(group_size=16, expand_ratio=4, norm=norm)
+    if norm == "layer":
+        arguments["proxy_norm"] = True
+    model = ke.EfficientNet(variant, input_shape=(32, 32, 3), **arguments)
+    assert trainable_count(model) == g16_parameter_count(variant, norm == "layer")
+    family = "g16-lnpn" if norm == "layer" else "g16-gn"
+    assert PRESETS[f"efficientnet-{variant}-{family}"] == {"variant": variant, **arguments}
+
+
+def test_b6_g16_preset_documents_its_stage_1_variant():
+    assert PRESETS["efficientnet-b6-g16-gn"]["first_stage_group_size"] == 14
+    assert "first_stage_group_size" not in PRESETS["efficientnet-b5-g16-gn"]
+    assert "first_stage_group_size" not in PRESETS["efficientnet-b7-g16-lnpn"]
 
 
 @pytest.mark.slow
