@@ -13,15 +13,17 @@ from keras_efficientnet.layers.stochastic_depth import StochasticDepth
 
 
 def norm_activation(norm: str, channels: int, *, norm_groups: int, proxy_norm: bool,
-                    activation, prefix: str, where: str) -> list[keras.Layer]:
+                    activation, prefix: str, where: str,
+                    proxy_scale: bool = True) -> list[keras.Layer]:
     """The layers that follow a convolution: norm then activation, or norm then Proxy Norm.
 
     With Proxy Norm the norm has no affine of its own: the proxy-normalized activation holds it.
+    `proxy_scale=False` leaves the proxy's `1 / sigma` to the consumer (see ProxyNormActivation).
     """
     if proxy_norm:
         return [normalization(norm, channels, norm_groups=norm_groups, center=False, scale=False,
                               name=f"{prefix}_norm", where=where),
-                ProxyNormActivation(activation, name=f"{prefix}_act")]
+                ProxyNormActivation(activation, scale_output=proxy_scale, name=f"{prefix}_act")]
     return [normalization(norm, channels, norm_groups=norm_groups, name=f"{prefix}_norm",
                           where=where),
             keras.layers.Activation(activation, name=f"{prefix}_act")]
@@ -34,7 +36,9 @@ class MBConvBlock(keras.layers.Layer):
     Follows EfficientNet (Tan & Le 2019) with the changes of Masters et al. 2021: the spatial conv
     is a group conv of `group_size` channels per group (1 = depthwise), and the norms may be
     batch-independent (group/layer norm) followed by Proxy Norm. A residual connection with
-    stochastic depth is used when the block keeps its shape.
+    stochastic depth is used when the block keeps its shape. With Proxy Norm and squeeze-excite,
+    the spatial conv's proxy `1 / sigma` multiplies the SE gate instead of the features, so the
+    squeeze pools unscaled features, as in Graphcore's implementation.
 
     Args:
         filters_in: input channels.
@@ -109,8 +113,12 @@ class MBConvBlock(keras.layers.Layer):
                                       activation=self.activation, prefix="expand", **common)
         layers.append(GroupConv2D(self.filters, self.kernel_size, self.strides,
                                   group_size=self.group_size, name="spatial_conv"))
+        fold = self.proxy_norm and self.se_ratio > 0
         layers += norm_activation(self.norm, self.filters, proxy_norm=self.proxy_norm,
-                                  activation=self.activation, prefix="spatial", **common)
+                                  activation=self.activation, prefix="spatial",
+                                  proxy_scale=not fold, **common)
+        # The layer whose 1 / sigma the SE gate takes (None: the activation scales itself).
+        self.gate_scale_source = layers[-1] if fold else None
         if self.se_ratio > 0:
             filters_se = max(1, int(self.filters_in * self.se_ratio))
             layers.append(SqueezeExcite(filters_se, self.activation, name="se"))
@@ -132,7 +140,11 @@ class MBConvBlock(keras.layers.Layer):
     def call(self, inputs, training=None):
         x = inputs
         for layer in self.ordered_layers:
-            x = layer(x)  # Keras passes `training` on to BatchNormalization through the context.
+            # Keras passes `training` on to BatchNormalization through the context.
+            if isinstance(layer, SqueezeExcite) and self.gate_scale_source is not None:
+                x = layer(x, gate_scale=self.gate_scale_source.inverse_std())
+            else:
+                x = layer(x)
         if not self.has_residual:
             return x
         if self.stochastic_depth is not None:

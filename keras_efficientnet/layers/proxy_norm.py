@@ -28,10 +28,16 @@ class ProxyNormActivation(keras.layers.Layer):
     Labatie et al. 2021, "Proxy-Normalizing Activations to Match Batch Normalization while
     Removing Batch Dependence" (arXiv 2106.03743).
 
+    With `scale_output=False` the layer returns `z - mu` and leaves the division to its
+    consumer, which reads `inverse_std()`: Graphcore's EfficientNet folds it into the
+    squeeze-excite gate after the spatial conv (the squeeze pools the unscaled features) and
+    drops it at the head, where the classifier absorbs any per-channel scale.
+
     Args:
         activation: activation name or callable. Default "swish".
         num_samples: number of fixed proxy quantiles. Default 200.
         epsilon: added to the proxy variance. Default 0.03.
+        scale_output: divide by the proxy standard deviation here. Default True.
 
     Example:
         >>> norm = keras.layers.GroupNormalization(1, center=False, scale=False)
@@ -40,7 +46,7 @@ class ProxyNormActivation(keras.layers.Layer):
     """
 
     def __init__(self, activation="swish", num_samples: int = 200, epsilon: float = 0.03,
-                 **kwargs):
+                 scale_output: bool = True, **kwargs):
         # Statistics are computed in float32 from the float32 parameters, so the parameters are
         # not auto-cast under mixed precision; the main path casts them explicitly.
         kwargs.setdefault("autocast", False)
@@ -50,9 +56,13 @@ class ProxyNormActivation(keras.layers.Layer):
                 f"ProxyNormActivation: num_samples must be an int >= 2, received {num_samples!r}")
         if not float(epsilon) >= 0:
             raise ValueError(f"ProxyNormActivation: epsilon must be >= 0, received {epsilon!r}")
+        if not isinstance(scale_output, bool):
+            raise ValueError(f"ProxyNormActivation: scale_output must be a bool, received "
+                             f"{scale_output!r}")
         self.activation = activation
         self.num_samples = num_samples
         self.epsilon = float(epsilon)
+        self.scale_output = scale_output
         self._activation_fn = keras.activations.get(activation)
         self._quantiles = normal_quantiles(num_samples)[:, None]
 
@@ -78,13 +88,20 @@ class ProxyNormActivation(keras.layers.Layer):
         variance = ops.mean(ops.square(activated - mean), axis=0)
         return mean, variance
 
+    def inverse_std(self):
+        """`1 / sqrt(var + epsilon)` per channel, in float32: the scale `scale_output` applies."""
+        _, variance = self.proxy_moments()
+        return ops.rsqrt(variance + self.epsilon)
+
     def call(self, inputs):
         mean, variance = self.proxy_moments()
         dtype = self.compute_dtype  # autocast is off, so inputs are cast here
         inputs = ops.cast(inputs, dtype)
-        scale = ops.rsqrt(variance + self.epsilon)
         z = self._activation_fn(ops.cast(self.gamma, dtype) * inputs + ops.cast(self.beta, dtype))
-        return (z - ops.cast(mean, dtype)) * ops.cast(scale, dtype)
+        centred = z - ops.cast(mean, dtype)
+        if not self.scale_output:
+            return centred
+        return centred * ops.cast(ops.rsqrt(variance + self.epsilon), dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -94,5 +111,6 @@ class ProxyNormActivation(keras.layers.Layer):
         activation = self.activation
         if not isinstance(activation, str):
             activation = keras.activations.serialize(activation)
-        config.update(activation=activation, num_samples=self.num_samples, epsilon=self.epsilon)
+        config.update(activation=activation, num_samples=self.num_samples, epsilon=self.epsilon,
+                      scale_output=self.scale_output)
         return config

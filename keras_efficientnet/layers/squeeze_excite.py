@@ -15,7 +15,9 @@ class SqueezeExcite(keras.layers.Layer):
     """Squeeze-and-excitation (Hu et al. 2018) as used in EfficientNet's MBConv blocks.
 
     Pools globally, reduces to `filters_se` channels with `activation`, expands back to the input
-    channels with a sigmoid and multiplies the input by the result.
+    channels with a sigmoid and multiplies the input by the result. `call(x, gate_scale=s)`
+    multiplies the gates by a per-channel `s` first: with Proxy Norm before it, the proxy's
+    `1 / sigma` (Graphcore's EfficientNet pools the unscaled features and scales the gate).
 
     Args:
         filters_se: channels of the squeezed representation (EfficientNet: a quarter of the
@@ -48,9 +50,11 @@ class SqueezeExcite(keras.layers.Layer):
         self.reduce.build(pooled)
         self.expand.build(self.reduce.compute_output_shape(pooled))
 
-    def call(self, inputs):
-        gates = ops.mean(inputs, axis=(1, 2), keepdims=True)
-        return inputs * self.expand(self.reduce(gates))
+    def call(self, inputs, gate_scale=None):
+        gates = self.expand(self.reduce(ops.mean(inputs, axis=(1, 2), keepdims=True)))
+        if gate_scale is not None:
+            gates = gates * ops.cast(gate_scale, gates.dtype)
+        return inputs * gates
 
     def compute_output_shape(self, input_shape):
         return input_shape

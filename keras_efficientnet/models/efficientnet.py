@@ -186,7 +186,9 @@ class EfficientNet(keras.Model):
             from b4's and b5's 48); b6 at 16 (56 channels, 3 groups) fails unless it is given.
         norm: "batch", "group" or "layer". Default "batch".
         norm_groups: groups of the group norm. Default 4.
-        proxy_norm: Proxy Norm activations at the stem, expand, spatial conv and head.
+        proxy_norm: Proxy Norm activations at the stem, expand, spatial conv and head; the
+            spatial conv's 1 / sigma goes into the squeeze-excite gate and the head's is dropped,
+            as in Graphcore's implementation (docs/graphcore-fidelity.md).
         activation: activation name. Default "swish".
         include_top: add pooling, dropout and the classifier. Default True.
         pooling: None, "avg" or "max" for the headless model's output. Default None.
@@ -257,10 +259,10 @@ class EfficientNet(keras.Model):
                             first_stage_group_size=first_stage_group_size,
                             drop_connect_rate=drop_connect_rate)
 
-        def norm_act(x, channels, prefix):
+        def norm_act(x, channels, prefix, proxy_scale=True):
             for layer in norm_activation(norm, channels, norm_groups=norm_groups,
                                          proxy_norm=proxy_norm, activation=activation,
-                                         prefix=prefix, where=prefix):
+                                         prefix=prefix, where=prefix, proxy_scale=proxy_scale):
                 x = layer(x)
             return x
 
@@ -277,7 +279,9 @@ class EfficientNet(keras.Model):
         head_filters = round_filters(HEAD_FILTERS, width)
         x = keras.layers.Conv2D(head_filters, 1, use_bias=False,
                                 kernel_initializer=conv_kernel_initializer(), name="head_conv")(x)
-        x = norm_act(x, head_filters, "head")
+        # As in Graphcore's implementation, the head's proxy 1 / sigma is dropped: pooling and
+        # the classifier follow, and the classifier's weights absorb a per-channel scale.
+        x = norm_act(x, head_filters, "head", proxy_scale=False)
         if include_top:
             x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
             if dropout > 0:

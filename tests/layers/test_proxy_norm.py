@@ -170,3 +170,19 @@ def test_bad_arguments(kwargs, match):
 
 def test_config_round_trip():
     assert_config_round_trip(ProxyNormActivation("relu", num_samples=64, epsilon=0.01))
+
+
+def test_unscaled_output_and_inverse_std_recompose_the_scaled_output():
+    scaled = _layer("swish")
+    unscaled = ProxyNormActivation("swish", scale_output=False)
+    unscaled.build((None, len(PARAMS)))
+    unscaled.set_weights(scaled.get_weights())
+    y = np.random.default_rng(1).standard_normal((2, 3, len(PARAMS))).astype("float32")
+    _, variance = (keras.ops.convert_to_numpy(v) for v in scaled.proxy_moments())
+    inv_std = keras.ops.convert_to_numpy(unscaled.inverse_std())
+    np.testing.assert_allclose(inv_std, 1 / np.sqrt(variance + 0.03), rtol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(unscaled(y)) * inv_std,
+                               keras.ops.convert_to_numpy(scaled(y)), rtol=1e-5, atol=1e-6)
+    assert_config_round_trip(unscaled)
+    with pytest.raises(ValueError, match="scale_output must be a bool, received 'no'"):
+        ProxyNormActivation(scale_output="no")

@@ -91,3 +91,62 @@ def test_mbconv_errors_name_the_block():
 ])
 def test_config_round_trip(layer):
     assert_config_round_trip(layer)
+
+
+def _swish(v):
+    return v / (1.0 + np.exp(-v))
+
+
+def _layer_norm(v, eps=1e-3):
+    mean = v.mean(axis=(1, 2, 3), keepdims=True)
+    return (v - mean) / np.sqrt(v.var(axis=(1, 2, 3), keepdims=True) + eps)
+
+
+def test_mbconv_with_proxy_norm_folds_the_proxy_scale_into_the_se_gate():
+    # NumPy reference of one LN+PN block as Graphcore builds it: expand -> LN -> PN; group conv
+    # -> LN -> act(gamma y + beta) - mu, unscaled; SE pools that, and its gate is multiplied by
+    # the proxy's 1 / sigma; project -> scale-only LN; residual.
+    from scipy import stats
+
+    from tests.layers.test_group_conv import reference_conv
+
+    rng = np.random.default_rng(3)
+    block = MBConvBlock(16, 16, kernel_size=3, expand_ratio=2, group_size=16, norm="layer",
+                        proxy_norm=True, name="block2b")
+    x = rng.standard_normal((2, 6, 6, 16)).astype("float32")
+    block.build(x.shape)
+    for weight in block.trainable_weights:  # every weight off its initial value
+        weight.assign(rng.uniform(0.2, 1.2, weight.shape).astype("float32")
+                      * rng.choice([-1.0, 1.0], weight.shape).astype("float32"))
+    layers = {layer.name: layer for layer in block.ordered_layers}
+    u = stats.norm.ppf((np.arange(200) + 0.5) / 200)[:, None]
+
+    def proxy_norm(v, layer, scaled):
+        gamma, beta, pb, pg = (_np(w).astype("float64") for w in (
+            layer.gamma, layer.beta, layer.proxy_beta, layer.proxy_gamma))
+        proxy = _swish(gamma * (pb + (1 + pg) * u) + beta)
+        centred = _swish(gamma * v + beta) - proxy.mean(0)
+        inv_std = 1 / np.sqrt(proxy.var(0) + 0.03)
+        return (centred * inv_std if scaled else centred), inv_std
+
+    h = x.astype("float64") @ _np(layers["expand_conv"].kernel)[0, 0]
+    h, _ = proxy_norm(_layer_norm(h), layers["expand_act"], scaled=True)
+    h = reference_conv(h, _np(layers["spatial_conv"].kernel), 1, "same")
+    h, inv_std = proxy_norm(_layer_norm(h), layers["spatial_act"], scaled=False)
+    se = layers["se"]
+    (w1, b1), (w2, b2) = (tuple(_np(v) for v in conv.weights) for conv in (se.reduce, se.expand))
+
+    def gated(features, scale):
+        hidden = _swish(features.mean(axis=(1, 2)) @ w1[0, 0] + b1)
+        gate = 1 / (1 + np.exp(-(hidden @ w2[0, 0] + b2))) * scale
+        return features * gate[:, None, None, :]
+
+    def finish(features):
+        out = features @ _np(layers["project_conv"].kernel)[0, 0]
+        return _np(layers["project_norm"].gamma) * _layer_norm(out) + x
+
+    expected = finish(gated(h, inv_std))
+    np.testing.assert_allclose(_np(block(x)), expected, rtol=2e-4, atol=2e-4)
+    # Scaling the features before the squeeze (the unfolded order) is a different function.
+    unfolded = finish(gated(h * inv_std, 1.0))
+    assert np.abs(unfolded - expected).max() > 1e-2

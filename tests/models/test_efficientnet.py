@@ -243,6 +243,18 @@ def test_g16_parameter_counts_follow_graphcores_grouping_rule(variant, norm):
     assert PRESETS[f"efficientnet-{variant}-{family}"] == {"variant": variant, **arguments}
 
 
+def test_proxy_norm_scales_as_graphcore_places_them():
+    model = ke.EfficientNet("tiny", group_size=16, expand_ratio=4, norm="layer", proxy_norm=True,
+                            classes=3, input_shape=(32, 32, 3))
+    assert model.get_layer("stem_act").scale_output
+    assert not model.get_layer("head_act").scale_output  # dropped before pooling and the FC
+    block = model.get_layer("block2a")
+    spatial = next(layer for layer in block.ordered_layers if layer.name == "spatial_act")
+    expand = next(layer for layer in block.ordered_layers if layer.name == "expand_act")
+    assert block.gate_scale_source is spatial and not spatial.scale_output
+    assert expand.scale_output
+
+
 def test_b6_g16_preset_documents_its_stage_1_variant():
     assert PRESETS["efficientnet-b6-g16-gn"]["first_stage_group_size"] == 14
     assert "first_stage_group_size" not in PRESETS["efficientnet-b5-g16-gn"]
