@@ -12,6 +12,8 @@ import keras
 from keras_efficientnet.layers.group_conv import conv_kernel_initializer
 from keras_efficientnet.layers.groups import num_groups
 from keras_efficientnet.layers.image_normalization import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     ImageNormalization,
     check_image_dtype,
     check_input_dtype,
@@ -67,6 +69,12 @@ VARIANTS = tuple(SCALING)
 POOLINGS = (None, "avg", "max")
 # Keyword arguments that keras.Model itself takes from a saved config, besides `name`.
 MODEL_KWARGS = ("trainable",)
+# (mean, std) in pixel units. "mean_std": keras.applications' (so G1-BN weights transfer);
+# "mean": Graphcore's EfficientNet, which subtracts the ImageNet mean and does not divide.
+INPUT_NORMALIZATIONS = {
+    "mean_std": (IMAGENET_MEAN, IMAGENET_STD),
+    "mean": ((123.68, 116.78, 103.94), (1.0, 1.0, 1.0)),
+}
 
 
 def round_filters(filters: int, width: float, divisor: int = CHANNEL_DIVISOR) -> int:
@@ -200,6 +208,9 @@ class EfficientNet(keras.Model):
             (None, None, 3) to accept any resolution.
         input_dtype: dtype of the input tensor: "uint8" (default), or a float dtype such as
             "float32" for float pixels in [0, 255].
+        input_normalization: "mean_std" subtracts ImageNet's mean and divides by its standard
+            deviation (keras.applications); "mean" only subtracts the mean (Graphcore's
+            recipe, which the G16 and G1-GN presets follow). Default "mean_std".
         width_coefficient, depth_coefficient: override the variant's scaling.
         weights: None (random initialization), "imagenet" (keras.applications' EfficientNet
             B0-B7 ImageNet weights, fetched once through Keras' download cache) or the path of
@@ -222,6 +233,7 @@ class EfficientNet(keras.Model):
                  classes: int = 1000, classifier_activation="softmax",
                  dropout_rate: float | None = None, drop_connect_rate: float = 0.2,
                  input_shape=None, input_dtype: str = "uint8",
+                 input_normalization: str = "mean_std",
                  width_coefficient: float | None = None, depth_coefficient: float | None = None,
                  weights: str | None = None, name: str | None = None, **kwargs):
         _check_keyword_arguments(kwargs)
@@ -232,6 +244,9 @@ class EfficientNet(keras.Model):
             raise ValueError(f"pooling must be one of {list(POOLINGS)}, received {pooling!r}")
         if include_top and (not isinstance(classes, int) or classes < 1):
             raise ValueError(f"classes must be a positive int, received {classes!r}")
+        if input_normalization not in INPUT_NORMALIZATIONS:
+            raise ValueError(f"input_normalization must be one of {list(INPUT_NORMALIZATIONS)}, "
+                             f"received {input_normalization!r}")
         if expand_ratio is not None and (not isinstance(expand_ratio, int) or expand_ratio < 1):
             raise ValueError(f"expand_ratio must be a positive int or None, received "
                              f"{expand_ratio!r}")
@@ -249,8 +264,8 @@ class EfficientNet(keras.Model):
             pooling=pooling, classes=classes, classifier_activation=classifier_activation,
             dropout_rate=dropout_rate, drop_connect_rate=drop_connect_rate,
             input_shape=list(input_shape) if input_shape is not None else None,
-            input_dtype=input_dtype, width_coefficient=width_coefficient,
-            depth_coefficient=depth_coefficient)
+            input_dtype=input_dtype, input_normalization=input_normalization,
+            width_coefficient=width_coefficient, depth_coefficient=depth_coefficient)
         if weights is not None:  # before building: a misfit fails at once, even for B7
             from keras_efficientnet.models import pretrained
 
@@ -267,7 +282,8 @@ class EfficientNet(keras.Model):
             return x
 
         inputs = keras.Input(shape, dtype=input_dtype, name="images")
-        x = ImageNormalization(name="normalize")(inputs)
+        mean, std = INPUT_NORMALIZATIONS[input_normalization]
+        x = ImageNormalization(mean, std, name="normalize")(inputs)
         stem_filters = round_filters(STEM_FILTERS, width)
         x = keras.layers.Conv2D(stem_filters, 3, strides=2, padding="same", use_bias=False,
                                 kernel_initializer=conv_kernel_initializer(), name="stem_conv")(x)

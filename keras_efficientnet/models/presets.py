@@ -1,4 +1,4 @@
-"""Named architecture presets: b0..b7 (and tiny) for G1-BN, G1-GN, G16-GN, G16-GN+PN, G16-LN+PN."""
+"""Named architecture presets: b0..b7 (and tiny) for G1-BN, G1-GN and the G16 families."""
 
 from __future__ import annotations
 
@@ -9,14 +9,18 @@ from keras_efficientnet.models.efficientnet import SCALING
 G16_GROUP_SIZE = 16
 G16_EXPAND_RATIO = 4
 
+# G1-BN is keras.applications' EfficientNet (mean/std input normalization, so its weights
+# transfer); the other families are Graphcore's, which subtract the mean only.
+G16 = dict(group_size=G16_GROUP_SIZE, expand_ratio=G16_EXPAND_RATIO, input_normalization="mean")
 FAMILIES = {
     "g1-bn": dict(group_size=1, norm="batch"),
-    "g1-gn": dict(group_size=1, norm="group"),
-    "g16-gn": dict(group_size=G16_GROUP_SIZE, expand_ratio=G16_EXPAND_RATIO, norm="group"),
-    "g16-lnpn": dict(group_size=G16_GROUP_SIZE, expand_ratio=G16_EXPAND_RATIO, norm="layer",
-                     proxy_norm=True),
-    "g16-gnpn": dict(group_size=G16_GROUP_SIZE, expand_ratio=G16_EXPAND_RATIO, norm="group",
-                     proxy_norm=True),
+    "g1-gn": dict(group_size=1, norm="group", input_normalization="mean"),
+    "g16-gn": dict(**G16, norm="group"),
+    "g16-lnpn": dict(**G16, norm="layer", proxy_norm=True),
+    "g16-gnpn": dict(**G16, norm="group", proxy_norm=True),
+    # Ablations of the normalization alone (the micro-batch benchmark trains them).
+    "g16-bn": dict(**G16, norm="batch"),
+    "g16-ln": dict(**G16, norm="layer"),
 }
 
 
@@ -63,7 +67,8 @@ def list_presets(pattern: str | None = None) -> list[str]:
 # The architecture arguments a preset may set, with the constructor's defaults.
 ARCHITECTURE_DEFAULTS = dict(group_size=1, expand_ratio=None, first_stage_group_size=None,
                              norm="batch", norm_groups=4, proxy_norm=False, activation="swish",
-                             width_coefficient=None, depth_coefficient=None)
+                             width_coefficient=None, depth_coefficient=None,
+                             input_normalization="mean_std")
 
 
 def preset_name(config: dict) -> str | None:

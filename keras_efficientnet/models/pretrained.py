@@ -41,9 +41,10 @@ _IN_BLOCK = {"expand_conv": "expand_conv", "expand_norm": "expand_bn", "spatial_
 # per group is (kh, kw, 1, channels). Every other weight has the same layout in both.
 _DEPTHWISE = "dwconv"
 # The G1-BN architecture: what keras.applications' EfficientNet is.
+# keras.applications' weights expect its input normalization (ImageNet mean and std) too.
 _G1_BN = dict(group_size=1, expand_ratio=None, first_stage_group_size=None, norm="batch",
               proxy_norm=False, activation="swish", width_coefficient=None,
-              depth_coefficient=None)
+              depth_coefficient=None, input_normalization="mean_std")
 _KERAS_VARIANTS = ("b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7")
 
 

@@ -162,6 +162,8 @@ def test_mixed_precision_computes_in_bfloat16_with_a_float32_classifier():
     (dict(input_shape=(224, 224, 1)), "RGB"),
     (dict(pooling="sum", include_top=False), "pooling must be one of"),
     (dict(expand_ratio=0), "expand_ratio must be a positive int"),
+    (dict(input_normalization="std"), r"input_normalization must be one of \['mean_std', "
+                                      r"'mean'\], received 'std'"),
 ])
 def test_bad_arguments_fail_with_a_clear_message(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -234,7 +236,7 @@ def test_g16_count_of_one_block_by_hand():
 @pytest.mark.parametrize("variant,norm", [*[(v, "group") for v in WIDTH_DEPTH], ("b4", "layer")])
 def test_g16_parameter_counts_follow_graphcores_grouping_rule(variant, norm):
     # The paper's arguments build it (no stage-1 override), and so do the presets.
-    arguments = dict(group_size=16, expand_ratio=4, norm=norm)
+    arguments = dict(group_size=16, expand_ratio=4, input_normalization="mean", norm=norm)
     if norm == "layer":
         arguments["proxy_norm"] = True
     model = ke.EfficientNet(variant, input_shape=(32, 32, 3), **arguments)
@@ -253,6 +255,20 @@ def test_proxy_norm_scales_as_graphcore_places_them():
     expand = next(layer for layer in block.ordered_layers if layer.name == "expand_act")
     assert block.gate_scale_source is spatial and not spatial.scale_output
     assert expand.scale_output
+
+
+def test_input_normalization_subtracts_graphcores_mean_or_applies_keras_mean_and_std():
+    images = np.random.default_rng(0).integers(0, 256, (1, 32, 32, 3)).astype("uint8")
+    mean_std = ke.EfficientNet("tiny", input_shape=(32, 32, 3)).get_layer("normalize")
+    mean_only = ke.EfficientNet.from_preset("efficientnet-tiny-g16-lnpn",
+                                            input_shape=(32, 32, 3)).get_layer("normalize")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(mean_only(images)),
+                               images - np.array([123.68, 116.78, 103.94]), rtol=1e-6, atol=1e-4)
+    expected = (images - np.array([0.485, 0.456, 0.406]) * 255) / (
+        np.array([0.229, 0.224, 0.225]) * 255)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(mean_std(images)), expected,
+                               rtol=1e-5, atol=1e-5)
+    assert "input_normalization" not in PRESETS["efficientnet-b0-g1-bn"]
 
 
 def test_b6_g16_preset_documents_its_stage_1_variant():
