@@ -1,6 +1,17 @@
 """Host input pipeline (tf.data): sources, per-example ops, batch mixing, and the composer."""
 
-from keras_efficientnet.datasets.mixing import cutmix, cutmix_box, mix_batch, mixup, sample_beta
+from keras_efficientnet.datasets.mixing import (
+    cutmix,
+    cutmix_box,
+    cutmix_v1_lambda,
+    cutmix_with,
+    mix_batch,
+    mixup,
+    mixup_coefficients,
+    mixup_with,
+    sample_beta,
+    sample_cutmix_lambda,
+)
 from keras_efficientnet.datasets.pipeline import SKIPPED, SkipCounter, make_dataset
 from keras_efficientnet.datasets.preprocessing import (
     AREA_RANGE,
@@ -34,6 +45,8 @@ __all__ = [
     "center_crop_window",
     "cutmix",
     "cutmix_box",
+    "cutmix_v1_lambda",
+    "cutmix_with",
     "dataset_info",
     "decode",
     "decode_and_random_crop",
@@ -43,9 +56,12 @@ __all__ = [
     "make_dataset",
     "mix_batch",
     "mixup",
+    "mixup_coefficients",
+    "mixup_with",
     "parse_source",
     "prepare_digits",
     "random_crop_window",
     "resize",
     "sample_beta",
+    "sample_cutmix_lambda",
 ]

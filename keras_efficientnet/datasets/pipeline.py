@@ -147,6 +147,8 @@ def make_dataset(
     num_classes: int | None = None,
     mixup_alpha: float = 0.0,
     cutmix_lambda: float | None = None,
+    cutmix_version: int = 1,
+    mix: bool | None = None,
     one_hot: bool | None = None,
     shuffle_buffer: int | None = None,
     cache: bool | str = False,
@@ -184,8 +186,12 @@ def make_dataset(
         `sources.default_data_dir`).
       num_classes: needed for one-hot labels where the source does not record it (tfrecord
         without dataset_info.json); for 'synthetic' it sets the label range (default 1000).
-      mixup_alpha: Beta(alpha, alpha) Mixup, 0 = off. Training only.
-      cutmix_lambda: CutMix nominal kept fraction in (0, 1), None or 0 = off. Training only.
+      mixup_alpha: Beta(alpha, alpha) Mixup per example, 0 = off.
+      cutmix_lambda: CutMix nominal kept fraction in (0, 1), None or 0 = off.
+      cutmix_version: 1 draws each batch's kept fraction from `cutmix_lambda` (Graphcore's
+        presets), 2 keeps it fixed (see `mixing.cutmix`).
+      mix: apply the configured Mixup/CutMix to the batches; None = `augment`. Graphcore's
+        fine-tune mixes images that had evaluation preprocessing (`augment=False, mix=True`).
       one_hot: one-hot float labels; None = on when mixing is configured, in both training and
         evaluation, so that both feed the same loss.
       shuffle_buffer: records in the shuffle buffer; None = the whole file list for folder
@@ -210,9 +216,12 @@ def make_dataset(
     """
     _check_arguments(image_size, batch_size, mixup_alpha, cutmix_lambda, eval_resize_ratio,
                      shuffle_buffer, private_threadpool_size, max_intra_op_parallelism)
+    if cutmix_version not in mixing.CUTMIX_VERSIONS:
+        raise ValueError(f"cutmix_version must be one of {list(mixing.CUTMIX_VERSIONS)}, got "
+                         f"{cutmix_version!r}")
     augment = training if augment is None else augment
     mixing_configured = mixup_alpha > 0 or bool(cutmix_lambda)
-    mixing_on = augment and mixing_configured
+    mixing_on = (augment if mix is None else mix) and mixing_configured
     one_hot = mixing_configured if one_hot is None else one_hot
     drop_remainder = training if drop_remainder is None else drop_remainder
     deterministic = (seed is not None) if deterministic is None else deterministic
@@ -263,8 +272,11 @@ def make_dataset(
             if augment:
                 crop_seed, flip_seed = tf.unstack(
                     tf.random.experimental.stateless_split(record["seed"], 2))
+                # Labelled object boxes, where the source has them (sources.Records).
+                boxes = (tf.io.parse_tensor(record["boxes"], tf.float32)
+                         if "boxes" in record else None)
                 image = preprocessing.decode_and_random_crop(
-                    data, image_size, crop_seed, area_range, aspect_range)
+                    data, image_size, crop_seed, area_range, aspect_range, boxes)
                 if random_flip:
                     image = preprocessing.flip(image, flip_seed)
             else:
@@ -276,7 +288,7 @@ def make_dataset(
         # Blocks of survivors -> fixed-size batches, copying each image once.
         dataset = dataset.rebatch(batch_size, drop_remainder=drop_remainder)
 
-    # Batch-level mixing: one Beta draw and one CutMix box per batch.
+    # Batch-level mixing: a Beta draw per example and one CutMix box per batch.
     if one_hot:
         dataset = dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)),
                               num_parallel_calls=AUTOTUNE, deterministic=deterministic)
@@ -285,7 +297,7 @@ def make_dataset(
             _seed(seed, 3), rerandomize_each_iteration=True).batch(2)
         dataset = tf.data.Dataset.zip(dataset, batch_seeds).map(
             lambda batch, batch_seed: mixing.mix_batch(
-                batch[0], batch[1], batch_seed, mixup_alpha, cutmix_lambda),
+                batch[0], batch[1], batch_seed, mixup_alpha, cutmix_lambda, cutmix_version),
             num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     options = tf.data.Options()

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-# Inception-style random crop (Szegedy et al. 2015), the paper's training crop (docs/recipes.md).
+# Inception-style random crop (Szegedy et al. 2015) with the constants of Graphcore's (and
+# TensorFlow's official ResNet) ImageNet pipeline (docs/recipes.md).
 AREA_RANGE = (0.05, 1.0)
 ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
 # Tries before sample_distorted_bounding_box falls back to the whole image.
-MAX_ATTEMPTS = 10
+MAX_ATTEMPTS = 100
+# A crop must cover at least this fraction of one of the image's labelled boxes; an image with
+# no boxes counts as one box (the whole image), so its crops cover at least 10% of it.
+MIN_OBJECT_COVERED = 0.1
 # Eval: resize the short side to image_size * 256 / 224, then centre crop image_size.
 EVAL_RESIZE_RATIO = 256.0 / 224.0
 # Bilinear without antialiasing: the cheapest TF resize that does not alias badly at the
@@ -17,23 +21,34 @@ RESIZE_METHOD = "bilinear"
 CHANNELS = 3
 
 
+def _boxes(boxes) -> tf.Tensor:
+    """`[1, N, 4]` float32 boxes for sample_distorted_bounding_box (`[1, 0, 4]` for None)."""
+    if boxes is None:
+        return tf.zeros([1, 0, 4], tf.float32)
+    return tf.reshape(tf.cast(boxes, tf.float32), [1, -1, 4])
+
+
 def random_crop_window(
     image_shape: tf.Tensor,
     seed: tf.Tensor,
     area_range: tuple[float, float] = AREA_RANGE,
     aspect_range: tuple[float, float] = ASPECT_RANGE,
+    boxes: tf.Tensor | None = None,
+    min_object_covered: float = MIN_OBJECT_COVERED,
 ) -> tf.Tensor:
     """Samples a crop window `[y, x, height, width]` (int32) inside an image of `image_shape`.
 
     Area is a uniform fraction of the image in `area_range`, aspect (width / height) uniform in
-    `aspect_range`; after `MAX_ATTEMPTS` misses the whole image is used. `seed` is a shape-[2]
-    integer tensor (stateless, so the same seed always gives the same window).
+    `aspect_range`, and the window covers at least `min_object_covered` of one of `boxes`
+    (`[N, 4]` normalized `[ymin, xmin, ymax, xmax]`, e.g. ImageNet's annotations; None or
+    N = 0: the whole image is the box). After `MAX_ATTEMPTS` misses the whole image is used.
+    `seed` is a shape-[2] integer tensor (stateless: the same seed gives the same window).
     """
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.cast(image_shape, tf.int32),
-        bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
+        bounding_boxes=_boxes(boxes),
         seed=seed,
-        min_object_covered=0.0,
+        min_object_covered=min_object_covered,
         aspect_ratio_range=aspect_range,
         area_range=area_range,
         max_attempts=MAX_ATTEMPTS,
@@ -86,6 +101,8 @@ def decode_and_random_crop(
     seed: tf.Tensor,
     area_range: tuple[float, float] = AREA_RANGE,
     aspect_range: tuple[float, float] = ASPECT_RANGE,
+    boxes: tf.Tensor | None = None,
+    min_object_covered: float = MIN_OBJECT_COVERED,
 ) -> tf.Tensor:
     """Training crop: decodes a random window of the encoded image, resized to uint8 `image_size`.
 
@@ -93,7 +110,7 @@ def decode_and_random_crop(
       image_bytes: scalar string tensor, an encoded JPEG/PNG/BMP/GIF.
       image_size: output height and width.
       seed: shape-[2] integer tensor for the stateless window sampler.
-      area_range, aspect_range: see `random_crop_window`.
+      area_range, aspect_range, boxes, min_object_covered: see `random_crop_window`.
 
     Example:
       >>> image = decode_and_random_crop(tf.io.read_file("cat.jpg"), 224, seed=[0, 1])
@@ -101,7 +118,8 @@ def decode_and_random_crop(
       (tf.uint8, TensorShape([224, 224, 3]))
     """
     image = _decode_window(
-        image_bytes, lambda shape: random_crop_window(shape, seed, area_range, aspect_range)
+        image_bytes, lambda shape: random_crop_window(shape, seed, area_range, aspect_range,
+                                                      boxes, min_object_covered)
     )
     return resize(image, image_size)
 

@@ -38,6 +38,8 @@ SYNTHETIC_POOL = 64
 
 TFRECORD_IMAGE_KEY = "image/encoded"
 TFRECORD_LABEL_KEY = "image/class/label"
+# Object boxes of TF-slim style ImageNet records (normalized; absent keys read as no boxes).
+TFRECORD_BOX_KEYS = tuple(f"image/object/bbox/{k}" for k in ("ymin", "xmin", "ymax", "xmax"))
 # Written next to TFRecord shards by data/folder_to_tfrecord.py: class names and split sizes.
 TFRECORD_INFO_FILE = "dataset_info.json"
 
@@ -68,7 +70,10 @@ class Records:
 
     `dataset` yields dicts `{"name": file name or record id, "data": file path or encoded
     bytes, "label": int32}`, or `{"image": uint8, "label": int32}` when `decoded` (synthetic).
-    `sharded` says the reader already split its files between input pipelines.
+    Sources that carry object boxes add `"boxes"`: a `tf.io.serialize_tensor` of float32
+    `[N, 4]` normalized `[ymin, xmin, ymax, xmax]` (serialized, so that records with different
+    N batch together), which the training crop must overlap. `sharded` says the reader already
+    split its files between input pipelines.
     """
 
     dataset: tf.data.Dataset
@@ -256,6 +261,26 @@ def _tfds_keys(builder) -> tuple[str, str]:
         "label" if "label" in labels else labels[0])
 
 
+def _tfds_box_path(builder) -> tuple[str, ...] | None:
+    """Where a tfds dataset keeps normalized object boxes (a BBoxFeature at the top level or in
+    a Sequence such as "objects"), or None. tfds' imagenet2012 has none."""
+    import tensorflow_datasets as tfds
+
+    for key, feature in builder.info.features.items():
+        if isinstance(feature, tfds.features.BBoxFeature):
+            return (key,)
+        inner = getattr(feature, "feature", None)
+        if isinstance(feature, tfds.features.Sequence) and hasattr(inner, "items"):
+            for sub, sub_feature in inner.items():
+                if isinstance(sub_feature, tfds.features.BBoxFeature):
+                    return (key, sub)
+    return None
+
+
+def _serialized_boxes(boxes: tf.Tensor) -> tf.Tensor:
+    return tf.io.serialize_tensor(tf.reshape(tf.cast(boxes, tf.float32), [-1, 4]))
+
+
 def _tfds_split_size(builder, split: str) -> int:
     try:
         return int(builder.info.splits[split].num_examples)
@@ -292,14 +317,19 @@ def _tfds_records(name, split, data_dir, source, input_context, shuffle_files, s
         read_config=read_config,
     )
     has_file_name = "file_name" in builder.info.features
-    dataset = dataset.map(
-        lambda e: {
-            "name": e["file_name"] if has_file_name else e["tfds_id"],
-            "data": e[image_key],
-            "label": tf.cast(e[label_key], tf.int32),
-        },
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
+    box_path = _tfds_box_path(builder)
+
+    def record(e):
+        out = {"name": e["file_name"] if has_file_name else e["tfds_id"], "data": e[image_key],
+               "label": tf.cast(e[label_key], tf.int32)}
+        if box_path is not None:
+            boxes = e
+            for key in box_path:
+                boxes = boxes[key]
+            out["boxes"] = _serialized_boxes(boxes)
+        return out
+
+    dataset = dataset.map(record, num_parallel_calls=tf.data.AUTOTUNE)
     return Records(dataset, info, sharded=input_context is not None)
 
 
@@ -364,12 +394,15 @@ def _tfrecord_records(pattern, split, source, input_context, shuffle_files, seed
     features = {
         TFRECORD_IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
         TFRECORD_LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+        **{key: tf.io.VarLenFeature(tf.float32) for key in TFRECORD_BOX_KEYS},
     }
 
     def parse(name, record):
         example = tf.io.parse_single_example(record, features)
         label = tf.cast(example[TFRECORD_LABEL_KEY] - label_offset, tf.int32)
-        return {"name": name, "data": example[TFRECORD_IMAGE_KEY], "label": label}
+        boxes = tf.stack([example[key].values for key in TFRECORD_BOX_KEYS], axis=1)
+        return {"name": name, "data": example[TFRECORD_IMAGE_KEY], "label": label,
+                "boxes": _serialized_boxes(boxes)}
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
     return Records(dataset, info, sharded=sharded)

@@ -44,9 +44,16 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     - "cosine": `end + (base - end) * (1 + cos(pi * t / T)) / 2`, then `end` after `total_steps`.
     - "polynomial": `end + (base - end) * (1 - t / T) ** power`, then `end` after `total_steps`.
 
-    The paper's RMSProp recipe is 5 warm-up epochs then x0.97 every 2.4 epochs ("exponential");
-    the LARS recipe is 70 warm-up epochs then power 2 to 1e-5 x base ("polynomial"), the MLPerf
-    shape (Goyal et al., 2017 warm-up; You et al., 2017 polynomial decay).
+    With `decay_from_start=True` the decay counts from step 0 instead, warm-up included
+    (`t = step`, `T = total_steps`), and warm-up ramps towards the decayed rate:
+    `start + (decayed(step) - start) * step / warmup_steps`. This is how Graphcore's exponential
+    and cosine schedules run; `warmup_steps` may then exceed `total_steps` (their 2-epoch
+    fine-tune under a 5-epoch warm-up rises and falls without reaching the base rate).
+
+    The paper's RMSProp recipe is 5 warm-up epochs and x0.97 every 350/146 epochs counted from
+    step 0 ("exponential", `decay_from_start=True`); the LARS recipe is 70 warm-up epochs then
+    power 2 to 1e-5 x base ("polynomial"), the MLPerf shape (Goyal et al., 2017 warm-up; You et
+    al., 2017 polynomial decay).
 
     Args:
         base_learning_rate: Peak rate, reached at the end of warm-up, > 0.
@@ -60,6 +67,8 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         end_learning_rate: Final rate for "cosine" and "polynomial", >= 0. Defaults to 0.0.
         power: Exponent for "polynomial", > 0. Defaults to 1.0.
         warmup_start_learning_rate: Rate at step 0, >= 0. Defaults to 0.0.
+        decay_from_start: Count the decay from step 0, not from the end of warm-up. Defaults
+            to False.
         name: Optional name. Defaults to None.
 
     Example:
@@ -81,6 +90,7 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         end_learning_rate: float = 0.0,
         power: float = 1.0,
         warmup_start_learning_rate: float = 0.0,
+        decay_from_start: bool = False,
         name: str | None = None,
     ):
         super().__init__()
@@ -99,13 +109,15 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 raise ValueError(
                     f'decay="exponential" needs `decay_rate` in (0, 1]. Received: {decay_rate=}'
                 )
-        if decay in ("cosine", "polynomial") and (
-            total_steps is None or not total_steps > warmup_steps
-        ):
-            raise ValueError(
-                f"decay={decay!r} needs `total_steps` > `warmup_steps`. "
-                f"Received: {total_steps=}, {warmup_steps=}"
-            )
+        if decay in ("cosine", "polynomial"):
+            # Counted from step 0, the decay needs only a length; after warm-up, a length past it.
+            floor = 0 if decay_from_start else warmup_steps
+            if total_steps is None or not total_steps > floor:
+                raise ValueError(
+                    f"decay={decay!r} needs `total_steps` > "
+                    f"{'0' if decay_from_start else '`warmup_steps`'}. "
+                    f"Received: {total_steps=}, {warmup_steps=}"
+                )
         if end_learning_rate < 0:
             raise ValueError(f"`end_learning_rate` must be >= 0. Received: {end_learning_rate=}")
         if not power > 0:
@@ -125,10 +137,11 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.end_learning_rate = end_learning_rate
         self.power = power
         self.warmup_start_learning_rate = warmup_start_learning_rate
+        self.decay_from_start = bool(decay_from_start)
         self.name = name
 
     def _decayed(self, t):
-        """The post-warm-up rate at `t` steps after warm-up (t >= 0, float32)."""
+        """The decayed rate `t` steps into the decay (t >= 0, float32)."""
         base = self.base_learning_rate
         if self.decay == "constant":
             return ops.full_like(t, base)
@@ -137,7 +150,8 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             if self.staircase:
                 periods = ops.floor(periods)
             return base * ops.power(ops.cast(self.decay_rate, "float32"), periods)
-        fraction = ops.minimum(t / float(self.total_steps - self.warmup_steps), 1.0)
+        length = self.total_steps - (0 if self.decay_from_start else self.warmup_steps)
+        fraction = ops.minimum(t / float(length), 1.0)
         end = self.end_learning_rate
         if self.decay == "cosine":
             return end + (base - end) * 0.5 * (1.0 + ops.cos(math.pi * fraction))
@@ -145,12 +159,17 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
-        # Clamped so that the decay branch, computed for every step, stays in its own domain.
-        decayed = self._decayed(ops.maximum(step - self.warmup_steps, 0.0))
+        if self.decay_from_start:
+            decayed = self._decayed(ops.maximum(step, 0.0))
+            target = decayed
+        else:
+            # Clamped so that the decay branch, computed for every step, stays in its domain.
+            decayed = self._decayed(ops.maximum(step - self.warmup_steps, 0.0))
+            target = self.base_learning_rate
         if self.warmup_steps == 0:
             return decayed
         start = self.warmup_start_learning_rate
-        warmup = start + (self.base_learning_rate - start) * step / float(self.warmup_steps)
+        warmup = start + (target - start) * step / float(self.warmup_steps)
         return ops.where(step < self.warmup_steps, warmup, decayed)
 
     def get_config(self) -> dict:
@@ -165,5 +184,6 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "end_learning_rate": self.end_learning_rate,
             "power": self.power,
             "warmup_start_learning_rate": self.warmup_start_learning_rate,
+            "decay_from_start": self.decay_from_start,
             "name": self.name,
         }

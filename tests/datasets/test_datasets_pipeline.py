@@ -71,6 +71,19 @@ def test_fine_tune_input_is_shuffled_training_images_with_eval_crops(folder):
                                   eval_images[np.argsort(eval_order)])
 
 
+def test_graphcores_fine_tune_input_mixes_eval_preprocessed_images(folder):
+    # augment=False, mix=True: Graphcore's fine-tune keeps its run's Mixup and CutMix.
+    kwargs = {"image_size": 12, "batch_size": 12, "mixup_alpha": 0.2, "cutmix_lambda": 0.8}
+    mixed = make_dataset(folder_source(folder), "train", training=True, augment=False, mix=True,
+                         seed=3, **kwargs)
+    plain = make_dataset(folder_source(folder), "train", training=True, augment=False, seed=3,
+                         **kwargs)
+    (_, mixed_labels), (_, plain_labels) = collect(mixed), collect(plain)
+    np.testing.assert_allclose(mixed_labels.sum(axis=1), 1.0, atol=1e-6)
+    assert set(plain_labels.ravel()) <= {0.0, 1.0}
+    assert not set(mixed_labels.ravel()) <= {0.0, 1.0}  # per-example Mixup weights
+
+
 def test_random_flip_can_be_switched_off(make_folder, encode_image):
     folder = make_folder(counts={"train": 1})
     ramp = np.broadcast_to((4 * np.arange(64))[None, :, None], (48, 64, 3)).astype(np.uint8)
@@ -230,6 +243,7 @@ def test_model_fit_consumes_it_directly(folder):
     ({"batch_size": -1}, "batch_size"),
     ({"mixup_alpha": -0.1}, "mixup_alpha"),
     ({"cutmix_lambda": 1.5}, "cutmix_lambda"),
+    ({"cutmix_version": 3}, r"cutmix_version must be one of \[1, 2\], got 3"),
     ({"eval_resize_ratio": 0.5}, "eval_resize_ratio"),
     ({"num_classes": 7}, "num_classes=7 but source"),
 ])

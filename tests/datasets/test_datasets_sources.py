@@ -209,6 +209,33 @@ def test_tfrecord_shards_by_file_between_workers(folder, tmp_path):
     assert seen[0].isdisjoint(seen[1]) and seen[0] | seen[1] == set(range(12))
 
 
+def test_tfrecord_object_boxes_reach_the_training_crop(tmp_path, encode_image):
+    # TF-slim style ImageNet records carry image/object/bbox/*; a record may have none.
+    path = str(tmp_path / "train-00000-of-00001")
+    boxes = [[[0.1, 0.5, 0.6, 0.9], [0.0, 0.0, 0.25, 0.25]], []]
+    with tf.io.TFRecordWriter(path) as writer:
+        for label, image_boxes in enumerate(boxes):
+            feature = {
+                sources.TFRECORD_IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[encode_image(np.full((32, 48, 3), 90 * label, np.uint8), "png")])),
+                sources.TFRECORD_LABEL_KEY: tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[label])),
+            }
+            for k, key in enumerate(sources.TFRECORD_BOX_KEYS):
+                feature[key] = tf.train.Feature(float_list=tf.train.FloatList(
+                    value=[box[k] for box in image_boxes]))
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feature)).SerializeToString())
+    records = sources.read_records(f"tfrecord:{path}", "train")
+    read = [tf.io.parse_tensor(r["boxes"], tf.float32).numpy() for r in records.dataset]
+    np.testing.assert_allclose(read[0], boxes[0])
+    assert read[1].shape == (0, 4)
+    images, labels = collect(make_dataset(f"tfrecord:{path}", "train", image_size=8,
+                                          batch_size=2, training=True, seed=0,
+                                          num_classes=2))
+    assert images.shape == (2, 8, 8, 3) and sorted(labels) == [0, 1]
+
+
 # ---------------------------------------------------------------------------- tfds
 
 
@@ -275,3 +302,21 @@ def test_synthetic_info_and_determinism():
     np.testing.assert_array_equal(first[0][1].numpy(), first[1][1].numpy())
     with pytest.raises(ValueError, match=r"available: \['train', 'validation'\]"):
         dataset_info("synthetic", "test")
+
+
+def test_tfds_object_boxes_are_found_where_a_dataset_keeps_them():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from types import SimpleNamespace
+
+    def builder(features):
+        return SimpleNamespace(info=SimpleNamespace(features=tfds.features.FeaturesDict(features)))
+
+    image, label = tfds.features.Image(), tfds.features.ClassLabel(num_classes=2)
+    objects = tfds.features.Sequence({"bbox": tfds.features.BBoxFeature(), "label": label})
+    assert sources._tfds_box_path(builder({"image": image, "objects": objects})) == (
+        "objects", "bbox")
+    assert sources._tfds_box_path(builder({"image": image, "box": tfds.features.BBoxFeature()})
+                                  ) == ("box",)
+    # imagenet2012's features (image, label, file_name): no boxes.
+    assert sources._tfds_box_path(builder({"image": image, "label": label,
+                                           "file_name": tfds.features.Text()})) is None

@@ -58,6 +58,18 @@ TABLE = [
     (COSINE, 8, 0.55),
     (COSINE, 12, 0.1),
     (COSINE, 100, 0.1),
+    # Counted from step 0, as Graphcore's schedules count: warm-up ramps to the decayed rate.
+    ({**EXPONENTIAL, "decay_from_start": True}, 5, 0.048 * 0.5 * 5 / 10),  # 1 period, half-way
+    ({**EXPONENTIAL, "decay_from_start": True}, 10, 0.012),  # floor(10 / 4) = 2 periods
+    ({**EXPONENTIAL, "decay_from_start": True}, 14, 0.006),  # 3 (4 after warm-up's end)
+    ({**COSINE, "decay_from_start": True}, 2,
+     2 / 4 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 2 / 12)))),
+    ({**COSINE, "decay_from_start": True}, 6, 0.1 + 0.9 * 0.5),  # cos(pi / 2): mid-way
+    # A warm-up longer than the schedule (Graphcore's 2-epoch fine-tune, 5-epoch warm-up).
+    ({**COSINE, "decay_from_start": True, "warmup_steps": 30, "end_learning_rate": 0.0}, 6,
+     6 / 30 * 0.5),
+    ({**COSINE, "decay_from_start": True, "warmup_steps": 30, "end_learning_rate": 0.0}, 12,
+     0.0),
     (CONSTANT, 0, 0.01),
     (CONSTANT, 5, 0.055),
     (CONSTANT, 10, 0.1),
@@ -87,7 +99,8 @@ def test_scaled_learning_rate_recipes():
         scaled_learning_rate(-1, 768)
 
 
-@pytest.mark.parametrize("kwargs", [EXPONENTIAL, POLYNOMIAL, COSINE, CONSTANT])
+@pytest.mark.parametrize("kwargs", [EXPONENTIAL, POLYNOMIAL, COSINE, CONSTANT,
+                                    {**EXPONENTIAL, "decay_from_start": True}])
 def test_config_round_trip(kwargs):
     schedule = WarmupSchedule(**kwargs, name="lr")
     config = schedule.get_config()
@@ -116,6 +129,11 @@ def test_config_round_trip(kwargs):
             "total_steps=10",
         ),
         ({"base_learning_rate": 1.0, "decay": "polynomial"}, "total_steps=None"),
+        (
+            {"base_learning_rate": 1.0, "decay": "cosine", "decay_from_start": True,
+             "total_steps": 0},
+            r"needs `total_steps` > 0. Received: total_steps=0",
+        ),
         ({"base_learning_rate": 1.0, "power": 0.0}, "power=0.0"),
         ({"base_learning_rate": 1.0, "end_learning_rate": -1.0}, "end_learning_rate=-1.0"),
     ],
