@@ -15,6 +15,8 @@ from keras_efficientnet.training.trainer import (
     compile_model,
     evaluate,
     finetune,
+    finetune_config,
+    finetune_schedule,
     lr_schedule,
     train,
     train_and_evaluate,
@@ -23,5 +25,6 @@ from keras_efficientnet.training.trainer import (
 __all__ = [
     "CheckpointManager", "NonFiniteLossError", "NonFiniteLossGuard", "Throughput", "TrainConfig",
     "WeightAverage", "build_datasets", "build_model", "build_optimizer", "compile_model",
-    "evaluate", "finetune", "lr_schedule", "train", "train_and_evaluate",
+    "evaluate", "finetune", "finetune_config", "finetune_schedule", "lr_schedule", "train",
+    "train_and_evaluate",
 ]

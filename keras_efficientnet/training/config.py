@@ -49,8 +49,10 @@ class TrainConfig:
     eval_split: str = _f("validation", "Held-out split to evaluate on.")
     crop_area_min: float = _f(0.05, "Smallest area fraction of the random training crop.")
     random_flip: bool = _f(True, "Random horizontal flips in training.")
-    mixup_alpha: float = _f(0.0, "Mixup Beta(alpha, alpha); 0 disables.")
+    mixup_alpha: float = _f(0.0, "Mixup Beta(alpha, alpha), one draw per example; 0 disables.")
     cutmix_lambda: float = _f(0.0, "CutMix nominal lambda (kept area); 0 disables.")
+    cutmix_version: int = _f(1, "CutMix 1: each batch's kept fraction drawn from --cutmix_lambda "
+                                "(Graphcore's v1); 2: fixed at --cutmix_lambda.")
     eval_resize_ratio: float = _f(256 / 224, "Evaluation: resize short side to res x ratio.")
     cache: bool = _f(False, "Cache the encoded dataset in memory.")
     shuffle_buffer: int = _f(10_000, "Shuffle buffer size (examples).")
@@ -74,7 +76,10 @@ class TrainConfig:
                                   "or auto:N for the planner's N stages; empty = no pipeline.")
     device_iterations: int = _f(1, "Optimizer updates per host call (steps_per_execution is "
                                    "this x the micro-batch steps per update).")
-    precision: str = _f("float32", "Compute precision.", PRECISIONS)
+    precision: str = _f("float32", "Compute precision (float16: weights too, Graphcore's "
+                                   "16.16; mixed_float16: their 16.32).", PRECISIONS)
+    stochastic_rounding: bool = _f(True, "IPU: stochastic rounding of 16-bit arithmetic "
+                                         "(ignored by the other strategies).")
 
     # Optimisation.
     optimizer: str = _f("rmsprop", "Optimizer.", OPTIMIZERS)
@@ -90,7 +95,8 @@ class TrainConfig:
     label_smoothing: float = _f(0.1, "Label smoothing of the cross-entropy.")
     lr_schedule: str = _f("exponential", "Decay after warm-up.", DECAYS)
     warmup_epochs: float = _f(5.0, "Linear warm-up length in epochs.")
-    decay_epochs: float = _f(2.4, "Exponential: epochs per staircase step.")
+    decay_epochs: float = _f(2.4, "Exponential: epochs per staircase step, counted from step "
+                                  "0 (Graphcore: 350 / 146).")
     decay_rate: float = _f(0.97, "Exponential: factor per staircase step.")
     poly_power: float = _f(2.0, "Polynomial decay power.")
     end_learning_rate_ratio: float = _f(1e-5, "Cosine/polynomial: end rate / peak rate.")
@@ -104,7 +110,16 @@ class TrainConfig:
                                  "split (its examples // the global batch).")
     eval_steps: int = _f(0, "Evaluation batches; 0 = the whole split.")
     finetune_epochs: int = _f(2, "Fine-tune epochs at the test resolution.")
-    finetune_learning_rate: float = _f(0.0, "Fine-tune peak rate; 0 = a tenth of training's.")
+    finetune_batch_size: int = _f(0, "Examples per fine-tune update; 0 = the training global "
+                                     "batch. Micro-batch and replicas stay: a multiple of "
+                                     "both.")
+    finetune_learning_rate: float = _f(0.0, "Fine-tune nominal peak rate; 0 = "
+                                            "finetune_learning_rate_per_sample x its batch.")
+    finetune_learning_rate_per_sample: float = _f(
+        2.0 ** -11, "Fine-tune rate per example (Graphcore: 2^-11, i.e. 0.25 at batch 512).")
+    finetune_warmup_epochs: float = _f(
+        5.0, "Fine-tune linear warm-up in epochs, over a cosine counted from step 0 (Graphcore's "
+             "5 outlast its 2 epochs: the rate rises, then falls to 0).")
     init_checkpoint: str = _f("", "Weights (.weights.h5 or checkpoint folder) to fine-tune or "
                                   "evaluate; empty = model_dir's latest.")
     verbose: int = _f(1, "0 silent, 1 progress bar, 2 one line per epoch.")
@@ -117,6 +132,23 @@ class TrainConfig:
     @property
     def global_batch_size(self) -> int:
         return self.plan.global_batch_size
+
+    @property
+    def finetune_global_batch_size(self) -> int:
+        return self.finetune_batch_size or self.global_batch_size
+
+    def finetune_accumulation(self) -> int:
+        """Gradient accumulation of the fine-tune: its batch over micro-batch x replicas, which
+        stay as in training (so do the strategy and pipeline stages)."""
+        per_step = self.micro_batch_size * self.replicas
+        batch = self.finetune_global_batch_size
+        if batch % per_step:
+            lower = max(per_step, batch // per_step * per_step)
+            raise ValueError(
+                f"--finetune_batch_size={batch} must be a multiple of --micro_batch_size="
+                f"{self.micro_batch_size} x --replicas={self.replicas} = {per_step} (the "
+                f"fine-tune accumulates micro-batches to it); use {lower} or {lower + per_step}")
+        return batch // per_step
 
     def peak_learning_rate(self) -> float:
         if self.learning_rate > 0:
@@ -167,7 +199,8 @@ def validate(config: TrainConfig) -> None:
             raise ValueError(f"--{name} must be >= 1, received {getattr(config, name)}")
     non_negative = ("epochs", "finetune_epochs", "steps_per_epoch", "eval_steps",
                     "train_resolution", "test_resolution", "warmup_epochs", "weight_decay",
-                    "learning_rate", "finetune_learning_rate", "mixup_alpha", "host_threads")
+                    "learning_rate", "finetune_learning_rate", "mixup_alpha", "host_threads",
+                    "finetune_batch_size", "finetune_warmup_epochs")
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, received {getattr(config, name)}")
@@ -185,6 +218,13 @@ def validate(config: TrainConfig) -> None:
                          "(created if missing)")
     if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
         raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")
+    if not config.finetune_learning_rate_per_sample > 0:
+        raise ValueError("--finetune_learning_rate_per_sample must be > 0, received "
+                         f"{config.finetune_learning_rate_per_sample}")
+    if config.cutmix_version not in (1, 2):
+        raise ValueError(f"--cutmix_version must be 1 or 2, received {config.cutmix_version}")
+    if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
+        config.finetune_accumulation()  # raises naming --finetune_batch_size
     # The plan's own rules (strategy, replicas and stages together) and its split names.
     config.plan.check_block_names(preset_block_names(config.model), config.model)
 

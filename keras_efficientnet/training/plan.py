@@ -14,7 +14,9 @@ from typing import Any
 
 # Where a step runs. "default" is one device (or, with pipeline stages, one device per stage).
 STRATEGIES = ("default", "mirrored", "multiworker", "horovod", "ipu")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# "float16" keeps the weights in float16 too: Graphcore's "16.16" (stochastic rounding on the
+# IPU); "mixed_float16" is their "16.32".
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
 # Split points may also fall before the head (head conv, pool, classifier).
 EXTRA_SPLIT_POINTS = ("head",)
 # Strategies whose processes or replicas each read their own share of the input (per-replica
@@ -45,7 +47,8 @@ class ExecutionPlan:
         gradient_accumulation: micro-batches whose gradients make one update. Default 1.
         device_iterations: optimizer updates per host call (Graphcore's and PopTorch's meaning).
             Default 1.
-        precision: "float32", "mixed_float16" or "mixed_bfloat16". Default "float32".
+        precision: "float32", "mixed_float16", "mixed_bfloat16" or "float16". Default
+            "float32".
         stochastic_rounding: IPU only: None turns it on for 16-bit precisions. Default None.
 
     Who accumulates: on one device Keras' optimizer (`optimizer_accumulation`), one

@@ -67,12 +67,21 @@ def build_model(config: TrainConfig, resolution: int, num_classes: int) -> Effic
                                     **overrides)
 
 
+# Graphcore's exponential and cosine schedules count their decay from step 0, warm-up
+# included; its polynomial (LARS) schedule decays from the end of warm-up.
+DECAY_FROM_START = ("exponential", "cosine")
+
+
 def lr_schedule(config: TrainConfig, steps_per_epoch: int, epochs: int,
                 peak: float) -> opt_lib.WarmupSchedule:
-    """Warm-up then the configured decay, in optimizer steps (`plan.optimizer_steps_per_epoch`:
-    Keras' accumulating optimizer counts every micro-batch)."""
+    """Warm-up and the configured decay in optimizer steps (`plan.optimizer_steps_per_epoch`:
+    Keras' accumulating optimizer counts every micro-batch), shaped as Graphcore's schedules:
+    see `DECAY_FROM_START`."""
     total = max(1, epochs * steps_per_epoch)
-    warmup = min(int(round(config.warmup_epochs * steps_per_epoch)), total - 1)
+    from_start = config.lr_schedule in DECAY_FROM_START
+    warmup = int(round(config.warmup_epochs * steps_per_epoch))
+    if not from_start:
+        warmup = min(warmup, total - 1)
     kwargs = {}
     if config.lr_schedule == "exponential":
         kwargs = dict(decay_steps=max(config.decay_epochs * steps_per_epoch, 1e-9),
@@ -80,7 +89,8 @@ def lr_schedule(config: TrainConfig, steps_per_epoch: int, epochs: int,
     elif config.lr_schedule in ("cosine", "polynomial"):
         kwargs = dict(total_steps=total, end_learning_rate=peak * config.end_learning_rate_ratio,
                       power=config.poly_power if config.lr_schedule == "polynomial" else 1.0)
-    return opt_lib.WarmupSchedule(peak, warmup, config.lr_schedule, **kwargs)
+    return opt_lib.WarmupSchedule(peak, warmup, config.lr_schedule,
+                                  decay_from_start=from_start, **kwargs)
 
 
 def build_optimizer(config: TrainConfig, schedule) -> keras.optimizers.Optimizer:
@@ -121,8 +131,9 @@ def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classe
 
 def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
                    repeat: bool, num_classes: int | None = None, augment: bool | None = None,
-                   input_context=None):
-    """The host pipeline for one phase; `augment=False` gives eval preprocessing, shuffled.
+                   input_context=None, mix: bool | None = None):
+    """The host pipeline for one phase; `augment=False` gives eval preprocessing, shuffled, and
+    `mix` applies the config's Mixup/CutMix (default: when augmenting).
 
     Training batches hold one step of the plan (`plan.examples_per_step`); with an
     `input_context` (a `tf.distribute.InputContext` from the runtime) this pipeline reads only its
@@ -131,13 +142,15 @@ def build_datasets(config: TrainConfig, resolution: int, *, training: bool, spli
     from keras_efficientnet import datasets
 
     augment = training if augment is None else augment
+    mix = augment if mix is None else mix
     batch_size = config.plan.examples_per_step if training else config.plan.forward_batch_size
     return datasets.make_dataset(
         config.dataset, split, image_size=resolution, batch_size=batch_size,
         input_context=input_context, training=training,
         augment=augment, data_dir=config.data_dir or None, num_classes=num_classes,
-        mixup_alpha=config.mixup_alpha if augment else 0.0,
-        cutmix_lambda=(config.cutmix_lambda or None) if augment else None,
+        mixup_alpha=config.mixup_alpha if mix else 0.0,
+        cutmix_lambda=(config.cutmix_lambda or None) if mix else None,
+        cutmix_version=config.cutmix_version, mix=mix,
         one_hot=use_one_hot(config), shuffle_buffer=config.shuffle_buffer or None,
         cache=config.cache, repeat=repeat, seed=config.seed,
         deterministic=config.deterministic or None,
@@ -290,42 +303,79 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
     return str(path)
 
 
+def finetune_config(config: TrainConfig) -> TrainConfig:
+    """The config of the fine-tune phase: its batch (`TrainConfig.finetune_accumulation`; the
+    micro-batch, replicas, strategy and stages stay), RMSProp's rho rescaled to that batch as
+    Graphcore derives it (1 - rho linear in the batch: 0.953125 at 768, 0.96875 at 512), no
+    per-step weight EMA."""
+    ratio = config.finetune_global_batch_size / config.global_batch_size
+    return config.replace(gradient_accumulation=config.finetune_accumulation(),
+                          rmsprop_rho=1.0 - (1.0 - config.rmsprop_rho) * ratio, ema_decay=0.0)
+
+
+def finetune_schedule(config: TrainConfig, steps_per_epoch: int) -> opt_lib.WarmupSchedule:
+    """Graphcore's fine-tune rate: cosine to 0 over `finetune_epochs` counted from step 0,
+    under a linear warm-up of `finetune_warmup_epochs` (which may outlast the fine-tune), peak
+    `finetune_learning_rate`, else `finetune_learning_rate_per_sample` x its batch.
+    `steps_per_epoch` counts optimizer steps (`plan.optimizer_steps_per_epoch`)."""
+    peak = (config.finetune_learning_rate or
+            config.finetune_learning_rate_per_sample * config.finetune_global_batch_size)
+    total = max(1, config.finetune_epochs * steps_per_epoch)
+    warmup = int(round(config.finetune_warmup_epochs * steps_per_epoch))
+    return opt_lib.WarmupSchedule(peak, warmup, "cosine", total_steps=total,
+                                  end_learning_rate=0.0, decay_from_start=True)
+
+
+@contextlib.contextmanager
+def _runtime_plan(runtime, plan):
+    """Runs `runtime` with `plan` (the fine-tune's: same strategy, replicas and stages, another
+    accumulation), then gives it back its own; runtimes read their plan when they attach and
+    fit."""
+    own = runtime.plan
+    runtime.plan = plan
+    try:
+        yield
+    finally:
+        runtime.plan = own
+
+
 def finetune(config: TrainConfig, model_weights: list, num_classes: int,
              train_examples: int, runtime=None) -> tuple[keras.Model, dict]:
-    """Trains only the head block at the test resolution, on training images with eval
-    preprocessing (Masters et al. 2021, section 5), from `model_weights`, under `runtime`."""
+    """Graphcore's fine-tune (their README, section 5; `--variable-filter Top`): only the head
+    block trains, at the test resolution, on training images with evaluation preprocessing and
+    the run's Mixup/CutMix, from `model_weights` (the weight average), at the fine-tune batch
+    (`finetune_config`) and rate (`finetune_schedule`), under `runtime`."""
     runtime = _runtime_or_one_device(config, runtime)
-    plan = config.plan
+    tuned = finetune_config(config)
+    plan = tuned.plan
     _, test_res = resolutions(config)
     keras.utils.set_random_seed(config.seed + 1)
     updates = plan.updates_per_epoch(train_examples, config.steps_per_epoch)
     steps = plan.host_steps_per_epoch(updates)
-    peak = config.finetune_learning_rate or config.peak_learning_rate() / 10
-    tuned = config.replace(mixup_alpha=0.0, cutmix_lambda=0.0, lr_schedule="cosine",
-                           warmup_epochs=0.0, ema_decay=0.0)
-    with runtime.scope():
-        model = build_model(config, test_res, num_classes)
-        model.set_weights(model_weights)
-        for layer in model.layers:
-            layer.trainable = layer.name in HEAD_LAYERS
-        runtime.attach(model)
-        schedule = lr_schedule(tuned, plan.optimizer_steps_per_epoch(updates),
-                               config.finetune_epochs, peak)
-        compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
-    throughput = Throughput(plan.examples_per_step, plan.steps_per_execution)
+    with _runtime_plan(runtime, plan):
+        with runtime.scope():
+            model = build_model(config, test_res, num_classes)
+            model.set_weights(model_weights)
+            for layer in model.layers:
+                layer.trainable = layer.name in HEAD_LAYERS
+            runtime.attach(model)
+            schedule = finetune_schedule(config, plan.optimizer_steps_per_epoch(updates))
+            compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
+        throughput = Throughput(plan.examples_per_step, plan.steps_per_execution)
 
-    def make_dataset(input_context):
-        return build_datasets(tuned, test_res, training=True, augment=False,
-                              split=config.train_split, repeat=True, num_classes=num_classes,
-                              input_context=input_context)
+        def make_dataset(input_context):
+            return build_datasets(tuned, test_res, training=True, augment=False, mix=True,
+                                  split=config.train_split, repeat=True,
+                                  num_classes=num_classes, input_context=input_context)
 
-    history = runtime.fit(model, make_dataset, epochs=config.finetune_epochs,
-                          steps_per_epoch=steps,
-                          callbacks=[throughput, NonFiniteLossGuard(
-                              steps, steps_per_execution=plan.steps_per_execution)],
-                          verbose=config.verbose)
+        history = runtime.fit(model, make_dataset, epochs=config.finetune_epochs,
+                              steps_per_epoch=steps,
+                              callbacks=[throughput, NonFiniteLossGuard(
+                                  steps, steps_per_execution=plan.steps_per_execution)],
+                              verbose=config.verbose)
     return model, {"history": history.history, "images_per_second":
-                   throughput.images_per_second, "resolution": test_res}
+                   throughput.images_per_second, "resolution": test_res,
+                   "global_batch_size": plan.global_batch_size}
 
 
 def _write_results(config: TrainConfig, results: dict) -> Path:
@@ -396,6 +446,7 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
             final_model = tuned
             after = evaluate(tuned, eval_data(test_res), eval_steps)
             results.update(finetune_epochs=config.finetune_epochs,
+                           finetune_global_batch_size=info["global_batch_size"],
                            finetune_images_per_second=info["images_per_second"], **after)
             if runtime.is_chief:
                 tuned.save_weights(Path(config.model_dir) / "finetuned.weights.h5")
@@ -418,7 +469,8 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
                                          f"{test_res}px"))
         if config.finetune_epochs > 0:
             rows.append(("fine-tuned", f"{config.finetune_epochs} epochs, head only, "
-                                       f"at {test_res}px"))
+                                       f"at {test_res}px, batch "
+                                       f"{config.finetune_global_batch_size}"))
     rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}"),
              ("wall time", f"{results['wall_seconds']:.0f} s"), ("results", str(path))]
     rows += [(label, results[key]) for label, key in (("model file", "model_file"),
@@ -429,4 +481,5 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
 
 
 __all__ = ["build_datasets", "build_model", "build_optimizer", "compile_model", "evaluate",
-           "finetune", "lr_schedule", "train", "train_and_evaluate"]
+           "finetune", "finetune_config", "finetune_schedule", "lr_schedule", "train",
+           "train_and_evaluate"]

@@ -56,15 +56,58 @@ def test_config_round_trips_through_a_dict():
         TrainConfig.from_dict({"epoch": 3})
 
 
-def test_schedule_follows_the_recipe_table():
-    # 5 warm-up epochs of 10 steps to 0.046875, then x0.97 every 2.4 epochs (staircase).
-    config = TrainConfig(lr_schedule="exponential", warmup_epochs=5, decay_epochs=2.4,
+def test_schedule_follows_graphcores_exponential_recipe():
+    # 5 warm-up epochs of 10 steps; x0.97 every 350 / 146 epochs counted from step 0, warm-up
+    # included (Graphcore's LR_Schedules/exponential.py): the warm-up ramps to the decayed rate.
+    config = TrainConfig(lr_schedule="exponential", warmup_epochs=5, decay_epochs=350 / 146,
                          decay_rate=0.97)
     schedule = lr_schedule(config, steps_per_epoch=10, epochs=350, peak=0.046875)
-    table = {0: 0.0, 25: 0.0234375, 50: 0.046875, 73: 0.046875, 74: 0.046875 * 0.97,
-             98: 0.046875 * 0.97 ** 2}
+    period = 3500 / 146  # steps per drop
+    table = {0: 0.0, 23: 0.046875 * 23 / 50, 25: 0.046875 * 0.97 * 25 / 50,
+             50: 0.046875 * 0.97 ** 2, 71: 0.046875 * 0.97 ** 2, 72: 0.046875 * 0.97 ** 3,
+             3499: 0.046875 * 0.97 ** 145, 3500: 0.046875 * 0.97 ** 146}
+    assert math.floor(72 / period) == 3 and math.floor(71 / period) == 2
     for step, expected in table.items():
-        assert float(schedule(step)) == pytest.approx(expected, rel=1e-6, abs=1e-9)
+        assert float(schedule(step)) == pytest.approx(expected, rel=1e-5, abs=1e-9)
+
+
+def test_finetune_follows_graphcores_recipe():
+    # B0 recipe: train at 768 = 32 x 24; fine-tune 2 epochs at 512 (32 x 16 accumulated), peak
+    # 2^-11 x 512 = 0.25, cosine counted from step 0 under a 5-epoch warm-up (still rising at
+    # the end), RMSProp rho 1 - 2^-14 x 512.
+    config = TrainConfig(micro_batch_size=32, gradient_accumulation=24, finetune_batch_size=512,
+                         finetune_epochs=2)
+    tuned = trainer.finetune_config(config)
+    assert (tuned.micro_batch_size, tuned.gradient_accumulation) == (32, 16)
+    assert tuned.rmsprop_rho == pytest.approx(1 - 2 ** -14 * 512)
+    schedule = trainer.finetune_schedule(config, steps_per_epoch=100)
+    for step in (0, 40, 100, 150, 199):
+        expected = 0.25 * step / 500 * 0.5 * (1 + math.cos(math.pi * step / 200))
+        assert float(schedule(step)) == pytest.approx(expected, rel=1e-5, abs=1e-9)
+    assert float(schedule(200)) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("changes,accumulation,match", [
+    (dict(strategy="ipu", micro_batch_size=3, gradient_accumulation=256, replicas=8,
+          pipeline_splits="block4a", finetune_batch_size=504), 21, None),
+    (dict(strategy="mirrored", replicas=2, micro_batch_size=8, finetune_batch_size=64), 4, None),
+    (dict(finetune_batch_size=48), None, r"--finetune_batch_size=48 must be a multiple of "
+                                         r"--micro_batch_size=32 x --replicas=1 = 32 .*; use 32 "
+                                         r"or 64"),
+    (dict(strategy="ipu", micro_batch_size=3, gradient_accumulation=256, replicas=8,
+          finetune_batch_size=512), None, r"multiple of .* = 24 .*; use 504 or 528"),
+])
+def test_finetune_accumulation_or_a_one_line_error(changes, accumulation, match):
+    if match:
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(mode="train_and_finetune", **changes)
+    else:
+        config = TrainConfig(mode="train_and_finetune", **changes)
+        assert config.finetune_accumulation() == accumulation
+        tuned = trainer.finetune_config(config)
+        assert tuned.plan.global_batch_size == changes["finetune_batch_size"]
+        assert (tuned.strategy, tuned.replicas, tuned.plan.num_stages) == (
+            config.strategy, config.replicas, config.plan.num_stages)
 
 
 def test_checkpoints_are_atomic_and_pruned(tmp_path, monkeypatch):
