@@ -1,5 +1,7 @@
-"""Every flagfile in flags/ parses into a valid TrainConfig and documents itself."""
+"""Every flagfile in flags/ is what flags/generate.py writes, parses into a valid TrainConfig and
+documents itself."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -40,13 +42,46 @@ def test_flagfile_parses_and_opens_with_a_comment(path):
         assert config.train_resolution % 32 == config.test_resolution % 32
 
 
+def test_generate_py_rewrites_every_committed_flagfile_byte_for_byte(tmp_path):
+    spec = importlib.util.spec_from_file_location("generate", FLAGS_DIR / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    generate.main(["--output_dir", str(tmp_path)])
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == [p.name for p in FLAGFILES]  # no committed flagfile it does not write
+    for name in written:
+        assert (tmp_path / name).read_bytes() == (FLAGS_DIR / name).read_bytes(), name
+
+
 def test_recipe_numbers_of_two_presets():
     b0 = _parse(FLAGS_DIR / "b0-g16-lnpn-half.flags")
     assert (b0.train_resolution, b0.test_resolution) == (160, 224)
     assert b0.global_batch_size == 768
     assert b0.peak_learning_rate() == pytest.approx(0.046875)
     assert preset_config(b0.model)["expand_ratio"] == 4
+    assert b0.decay_epochs * 146 == pytest.approx(350)  # 146 drops counted from step 0
+    assert (b0.mixup_alpha, b0.cutmix_lambda, b0.cutmix_version) == (0.1, 0.0, 1)
+    assert b0.finetune_global_batch_size == 512 and b0.finetune_accumulation() == 16
+    assert b0.finetune_learning_rate_per_sample * 512 == 0.25
+    assert b0.finetune_warmup_epochs == 5 and b0.finetune_epochs == 2
     lars = _parse(FLAGS_DIR / "b4-g16-gn-lars.flags")
     assert lars.global_batch_size == 6144
     assert lars.peak_learning_rate() == pytest.approx(8.485, abs=1e-3)
     assert lars.train_resolution == SCALING["b4"].resolution
+    # Graphcore's "16.16" with stochastic rounding, in the fields the IPU plan reads.
+    assert (lars.precision, lars.stochastic_rounding, lars.strategy) == ("float16", True, "ipu")
+    assert lars.plan.uses_stochastic_rounding and lars.plan.precision == "float16"
+    assert lars.mode == "train_and_finetune" and lars.finetune_global_batch_size == 504
+    assert lars.finetune_accumulation() == 21
+
+
+@pytest.mark.parametrize("path", [p for p in FLAGFILES if p.name[:2] in
+                                  ("b0", "b1", "b2", "b3", "b4", "b5")], ids=lambda p: p.name)
+def test_every_row_but_the_baseline_fine_tunes_at_the_test_size(path):
+    config = _parse(path)
+    baseline = path.name.endswith("g1-gn-native.flags")
+    assert config.mode == ("train" if baseline else "train_and_finetune")
+    if path.name == "b4-g16-gn-lars.flags":
+        assert "# Graphcore's top-1 for this run: 82.6%" in path.read_text()
+    else:
+        assert "# The paper's top-1 for this row:" in path.read_text()
