@@ -1,4 +1,4 @@
-"""Writes every flagfile in flags/: the paper's presets, the B4 LARS run, the default and smoke job.
+"""Writes every flagfile in flags/: paper presets, the B4 LARS run, the default and smoke jobs.
 
 The recipes are data here (Graphcore's configs for Masters et al. 2021; docs/recipes.md); this
 script is the one source of the files, and tests/training/test_training_flagfiles.py checks that
