@@ -10,6 +10,7 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: help install install-jax install-horovod test test-tf test-jax test-slow train lint \
         benchmark benchmark-layers benchmark-pipeline benchmark-distribute benchmark-pareto \
+        benchmark-microbatch \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
 
 help:
@@ -19,6 +20,7 @@ help:
 	@echo "make benchmark   CPU benchmarks (~10 min): layers, models, host pipeline, plans;"
 	@echo "                 JSON rows and PNG charts in benchmarks/results/"
 	@echo "make benchmark-pareto      top-1 against training time on digits (~4 min)"
+	@echo "make benchmark-microbatch  top-1 of BN, GN, LN, LN+PN at micro-batch 2/8/32 (2 seeds)"
 	@echo "make benchmark-gpu-wheels  download the wheels benchmark-gpu needs offline"
 	@echo "make benchmark-gpu         GPU benchmark under JAX (+ timm peer), no TensorFlow"
 	@echo "make benchmark-gpu-smoke   the same path on this CPU at tiny sizes (.venv-jax)"
@@ -87,6 +89,10 @@ benchmark: benchmark-layers benchmark-pipeline benchmark-distribute
 
 benchmark-pareto: install
 	$(PY) -m benchmarks.bench_pareto
+
+# Options for bench_microbatch.py go in ARGS, e.g. ARGS="--seeds 0" (about half the time).
+benchmark-microbatch: install
+	$(PY) -m benchmarks.bench_microbatch $(ARGS)
 
 # Run where PyPI is reachable; carry benchmarks/gpu/wheels to the GPU machine.
 benchmark-gpu-wheels:

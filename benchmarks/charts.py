@@ -253,6 +253,35 @@ def pareto_chart(path: Path, rows: list[dict]) -> Path:
     return out
 
 
+def microbatch_chart(path: Path, rows: list[dict]) -> Path:
+    """Held-out top-1 against the micro-batch size, one line per norm, seeds as dots."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = ["o-", "s-", "^-", "d-", "v-"]
+    norms = list(dict.fromkeys(row["variant"] for row in rows))
+    for style, norm in zip(styles, norms):
+        own = sorted((row for row in rows if row["variant"] == norm), key=lambda r: r["batch"])
+        line, = ax.plot([r["batch"] for r in own], [r["top1"] for r in own], style, label=norm)
+        for row in own:
+            ax.plot([row["batch"]] * len(row["top1_per_seed"]), row["top1_per_seed"], ".",
+                    color=line.get_color(), alpha=0.5)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({row["batch"] for row in rows}))
+    ax.get_xaxis().set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel(f"micro-batch (gradients accumulated to {rows[0].get('global_batch')})")
+    ax.set_ylabel("held-out top-1 (line: mean over seeds)")
+    ax.set_title(f"Normalization against micro-batch size on {rows[0].get('dataset', '')} "
+                 f"({rows[0].get('epochs')} epochs, {rows[0].get('resolution')}px)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.text(0.01, 0.005, machine_line(rows[0]["machine"]), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def render(path: str | os.PathLike) -> Path | None:
     """Draws <path>.png from the rows of <path> (a .jsonl); None, saying why, without
     matplotlib."""
@@ -279,6 +308,8 @@ def render(path: str | os.PathLike) -> Path | None:
         return onednn_chart(path, rows)
     if kinds == {"pareto"}:
         return pareto_chart(path, rows)
+    if kinds == {"microbatch"}:
+        return microbatch_chart(path, rows)
     raise ValueError(f"{path}: no chart for the benchmarks {sorted(kinds)}")
 
 

@@ -135,6 +135,23 @@ def test_pareto_benchmark_trains_both_methods_one_tiny_step(tmp_path):
     assert reference["seconds_to_target"] == reference["curve"][0]["seconds"]
 
 
+@pytest.mark.slow
+def test_microbatch_benchmark_trains_each_norm_at_each_micro_batch(tmp_path):
+    from benchmarks import bench_microbatch
+
+    rows = bench_microbatch.main(["--dataset", "synthetic", "--norms", "BN", "LN+PN",
+                                  "--micro-batches", "2", "4", "--global-batch", "4",
+                                  "--epochs", "1", "--steps-per-epoch", "4", "--seeds", "0",
+                                  "--device-iterations", "2", "--eval-steps", "2",
+                                  "--bn-batches", "2", "--output-dir", str(tmp_path)])
+    assert rows == check_results(tmp_path, "microbatch")
+    assert sorted((r["variant"], r["batch"], r["gradient_accumulation"]) for r in rows) == [
+        ("BN", 2, 2), ("BN", 4, 1), ("LN+PN", 2, 2), ("LN+PN", 4, 1)]
+    assert all(r["reference"] == "BN micro-batch 4" and 0 <= r["top1"] <= 1 for r in rows)
+    with pytest.raises(SystemExit):  # the reference must be among the runs
+        bench_microbatch.main(["--norms", "LN", "--output-dir", str(tmp_path)])
+
+
 JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
 
 

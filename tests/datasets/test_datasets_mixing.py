@@ -180,8 +180,8 @@ def test_cutmix_draws_one_box_per_batch_and_is_reproducible_inside_tf_data():
     np.testing.assert_array_equal(eager[1].numpy(), in_data[1].numpy())
     # Over seeds, v1 leaves about 1.55 * 0.8 - 0.96 = 28% of the batches uncut.
     uncut = [np.array_equal(mixing.cutmix(images, labels, 0.8, seed(i))[0].numpy(),
-                            images.numpy()) for i in range(200)]
-    assert 0.17 < np.mean(uncut) < 0.39
+                            images.numpy()) for i in range(100)]
+    assert 0.14 < np.mean(uncut) < 0.42  # 3 standard errors either side
 
 
 # ---------------------------------------------------------------------------- both

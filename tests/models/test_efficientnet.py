@@ -245,6 +245,7 @@ def test_g16_parameter_counts_follow_graphcores_grouping_rule(variant, norm):
     assert PRESETS[f"efficientnet-{variant}-{family}"] == {"variant": variant, **arguments}
 
 
+@JAX_CPU_SLOW
 def test_proxy_norm_scales_as_graphcore_places_them():
     model = ke.EfficientNet("tiny", group_size=16, expand_ratio=4, norm="layer", proxy_norm=True,
                             classes=3, input_shape=(32, 32, 3))
@@ -257,6 +258,7 @@ def test_proxy_norm_scales_as_graphcore_places_them():
     assert expand.scale_output
 
 
+@JAX_CPU_SLOW
 def test_input_normalization_subtracts_graphcores_mean_or_applies_keras_mean_and_std():
     images = np.random.default_rng(0).integers(0, 256, (1, 32, 32, 3)).astype("uint8")
     mean_std = ke.EfficientNet("tiny", input_shape=(32, 32, 3)).get_layer("normalize")
