@@ -35,12 +35,12 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-from absl import flags  # noqa: E402
+import keras
+from absl import flags
 
-from benchmarks.common import machine, make_row, write_results  # noqa: E402
-from keras_efficientnet.cli.flags import config_from_flags, define_flags  # noqa: E402
-from keras_efficientnet.training import TrainConfig, trainer  # noqa: E402
+from benchmarks.common import machine, make_row, write_results
+from keras_efficientnet.cli.flags import config_from_flags, define_flags
+from keras_efficientnet.training import TrainConfig, trainer
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FLAGFILE = REPO / "flags" / "default.flags"
@@ -130,9 +130,9 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--resolution", type=int, default=32, help="train and test size")
     parser.add_argument("--steps-per-epoch", type=int, default=0,
-                        help="micro-batch steps; 0 = one pass over the training split")
-    parser.add_argument("--device-iterations", type=int, default=16,
-                        help="steps per host call: keeps micro-batch 2 from being Python-bound")
+                        help="optimizer updates; 0 = one pass over the training split")
+    parser.add_argument("--device-iterations", type=int, default=1,
+                        help="updates per host call (each holds all its micro-batch steps)")
     parser.add_argument("--eval-steps", type=int, default=0,
                         help="held-out batches (of the micro-batch size); 0 = the whole split")
     parser.add_argument("--bn-batches", type=int, default=128,
