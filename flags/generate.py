@@ -144,7 +144,7 @@ LARS_B4 = f"""\
 --pipeline_splits=block4a
 --device_iterations=16
 --precision=float16
---stochastic_rounding
+--stochastic_rounding=on
 --epochs=350
 --optimizer=lars
 --learning_rate_per_sample={2.0 ** -9.5!r}

@@ -8,7 +8,13 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from keras_efficientnet.training.plan import PRECISIONS, STRATEGIES, ExecutionPlan, plan_from_values
+from keras_efficientnet.training.plan import (
+    PRECISIONS,
+    STOCHASTIC_ROUNDING,
+    STRATEGIES,
+    ExecutionPlan,
+    plan_from_values,
+)
 
 MODES = ("train", "evaluate", "finetune", "train_and_finetune")
 OPTIMIZERS = ("rmsprop", "lars", "sgd")
@@ -78,8 +84,9 @@ class TrainConfig:
                                    "this x the micro-batch steps per update).")
     precision: str = _f("float32", "Compute precision (float16: weights too, Graphcore's "
                                    "16.16; mixed_float16: their 16.32).", PRECISIONS)
-    stochastic_rounding: bool = _f(True, "IPU: stochastic rounding of 16-bit arithmetic "
-                                         "(ignored by the other strategies).")
+    stochastic_rounding: str = _f("auto", "IPU: stochastic rounding of 16-bit arithmetic; "
+                                          "auto = on for 16-bit precisions (ignored by the "
+                                          "other strategies).", tuple(STOCHASTIC_ROUNDING))
 
     # Optimisation.
     optimizer: str = _f("rmsprop", "Optimizer.", OPTIMIZERS)

@@ -17,6 +17,8 @@ STRATEGIES = ("default", "mirrored", "multiworker", "horovod", "ipu")
 # "float16" keeps the weights in float16 too: Graphcore's "16.16" (stochastic rounding on the
 # IPU); "mixed_float16" is their "16.32".
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
+# --stochastic_rounding: "auto" leaves it to the precision (on for 16-bit).
+STOCHASTIC_ROUNDING = {"auto": None, "on": True, "off": False}
 # Split points may also fall before the head (head conv, pool, classifier).
 EXTRA_SPLIT_POINTS = ("head",)
 # Strategies whose processes or replicas each read their own share of the input (per-replica
@@ -334,12 +336,15 @@ def plan_from_values(values: Mapping[str, Any]) -> ExecutionPlan:
 
     Keys: strategy, replicas, pipeline_splits (names, comma-separated, or "auto:N"),
     micro_batch_size, gradient_accumulation (None: not given), device_iterations, precision,
-    stochastic_rounding and global_batch_size (> 0 derives the accumulation, which must then
-    be absent or agree). Missing keys take the defaults; other keys are ignored.
+    stochastic_rounding (a bool, None, or the flag's "auto"/"on"/"off") and global_batch_size
+    (> 0 derives the accumulation, which must then be absent or agree). Missing keys take the
+    defaults; other keys are ignored.
     """
     fields = {f.name for f in dataclasses.fields(ExecutionPlan)} - {"pipeline_splits",
                                                                       "auto_stages"}
     kwargs = {k: values[k] for k in fields if values.get(k) is not None}
+    if isinstance(kwargs.get("stochastic_rounding"), str):  # the flag: "auto", "on" or "off"
+        kwargs["stochastic_rounding"] = STOCHASTIC_ROUNDING[kwargs["stochastic_rounding"]]
     if values.get("pipeline_splits"):
         kwargs["pipeline_splits"], kwargs["auto_stages"] = parse_pipeline_splits(
             values["pipeline_splits"])

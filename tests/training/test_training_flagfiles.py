@@ -69,7 +69,7 @@ def test_recipe_numbers_of_two_presets():
     assert lars.peak_learning_rate() == pytest.approx(8.485, abs=1e-3)
     assert lars.train_resolution == SCALING["b4"].resolution
     # Graphcore's "16.16" with stochastic rounding, in the fields the IPU plan reads.
-    assert (lars.precision, lars.stochastic_rounding, lars.strategy) == ("float16", True, "ipu")
+    assert (lars.precision, lars.stochastic_rounding, lars.strategy) == ("float16", "on", "ipu")
     assert lars.plan.uses_stochastic_rounding and lars.plan.precision == "float16"
     assert lars.mode == "train_and_finetune" and lars.finetune_global_batch_size == 504
     assert lars.finetune_accumulation() == 21

@@ -286,3 +286,12 @@ def test_resolutions_warn_when_they_differ_modulo_32(tmp_path):
                                     test_resolution=64))
     assert trainer.resolutions(_config(tmp_path, mode="train_and_finetune",
                                        train_resolution=160, test_resolution=224)) == (160, 224)
+
+
+@pytest.mark.parametrize("precision,flag,expected", [
+    ("float32", "auto", False), ("float16", "auto", True), ("mixed_float16", "off", False),
+    ("float32", "on", True)])
+def test_stochastic_rounding_flag_reaches_the_plan(precision, flag, expected):
+    config = TrainConfig(precision=precision, stochastic_rounding=flag)
+    assert config.plan.uses_stochastic_rounding is expected
+    assert config.plan.precision == precision
