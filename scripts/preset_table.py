@@ -26,6 +26,8 @@ PURPOSE = {
     "g16-gn": "G16 with GroupNorm (B4: the large-batch LARS recipe)",
     "g16-gnpn": "G16 with GroupNorm + Proxy Norm",
     "g16-lnpn": "G16 with LayerNorm + Proxy Norm: the paper's main model",
+    "g16-bn": "G16 with BatchNorm (the micro-batch benchmark's ablation)",
+    "g16-ln": "G16 with LayerNorm alone (the micro-batch benchmark's ablation)",
 }
 TINY_PURPOSE = "tests, smoke runs and the digits job (half width, one block per stage)"
 
