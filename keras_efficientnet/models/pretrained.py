@@ -91,7 +91,8 @@ def check_weights(weights, config: dict) -> None:
         raise ValueError(
             f"weights={weights!r} are keras.applications' EfficientNet weights, which fit only "
             f"the G1-BN architecture (group_size=1, norm='batch', no proxy norm, swish, the "
-            f"table's expansion, width and depth); received {_describe(config)}. Fitting "
+            f"table's expansion, width and depth, ImageNet mean/std input normalization); "
+            f"received {_describe(config)}. Fitting "
             f"preset: {_fitting_presets(config['variant'])}")
 
 

@@ -25,9 +25,10 @@ def test_unknown_arguments_raise_type_error_naming_the_valid_ones(kwargs, match)
 
 def test_list_presets_filters_like_timm():
     assert ke.list_presets() == sorted(ke.models.PRESETS)
-    assert len(ke.list_presets()) == 9 * 5  # b0..b7 and tiny, five families
+    assert len(ke.list_presets()) == 9 * 7  # b0..b7 and tiny, seven families
     assert ke.list_presets("*-b4-g16-*") == [
-        "efficientnet-b4-g16-gn", "efficientnet-b4-g16-gnpn", "efficientnet-b4-g16-lnpn"]
+        "efficientnet-b4-g16-bn", "efficientnet-b4-g16-gn", "efficientnet-b4-g16-gnpn",
+        "efficientnet-b4-g16-ln", "efficientnet-b4-g16-lnpn"]
     assert ke.list_presets("resnet*") == []
 
 

@@ -126,9 +126,11 @@ def test_a_file_of_another_variant_fails_naming_what_fits(b0):
 
 @pytest.mark.parametrize("preset,shown", [
     ("efficientnet-b0-g16-gn", r"efficientnet-b0-g16-gn \(group_size=16, expand_ratio=4, "
-                               r"norm='group'\)"),
-    ("efficientnet-b0-g1-gn", r"efficientnet-b0-g1-gn \(norm='group'\)"),
-    ("efficientnet-b2-g16-lnpn", r"efficientnet-b2-g16-lnpn \(.*proxy_norm=True\)"),
+                               r"norm='group', input_normalization='mean'\)"),
+    ("efficientnet-b0-g1-gn", r"efficientnet-b0-g1-gn \(norm='group', "
+                              r"input_normalization='mean'\)"),
+    ("efficientnet-b2-g16-lnpn", r"efficientnet-b2-g16-lnpn \(.*proxy_norm=True, "
+                                 r"input_normalization='mean'\)"),
 ])
 def test_weights_on_another_architecture_fail_before_building(b0, preset, shown):
     fits = preset.split("-")[1]
