@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from keras_efficientnet.models.efficientnet import SCALING, block_specs
+from keras_efficientnet.models.architecture import SCALING, block_specs
 
 G16_GROUP_SIZE = 16
 G16_EXPAND_RATIO = 4
