@@ -1,7 +1,12 @@
 """Host input pipeline (tf.data): sources, per-example ops, batch mixing, and the composer."""
 
 from keras_efficientnet.datasets.mixing import cutmix, cutmix_box, mix_batch, mixup, sample_beta
-from keras_efficientnet.datasets.pipeline import SKIPPED, SkipCounter, make_dataset
+from keras_efficientnet.datasets.pipeline import (
+    SKIPPED,
+    NoReadableImagesError,
+    SkipCounter,
+    make_dataset,
+)
 from keras_efficientnet.datasets.preprocessing import (
     AREA_RANGE,
     ASPECT_RANGE,
@@ -29,6 +34,7 @@ __all__ = [
     "EVAL_RESIZE_RATIO",
     "SKIPPED",
     "DatasetInfo",
+    "NoReadableImagesError",
     "SkipCounter",
     "center_crop",
     "center_crop_window",
