@@ -40,9 +40,20 @@ def cpu_oversubscription(config) -> str | None:
             f"far slower than --replicas={cores} or fewer")
 
 
+def check_local_folder(config) -> None:
+    """The one data check cheap enough for before TensorFlow loads: a local image folder that
+    is not there (the pipeline checks the rest, with the same kind of message)."""
+    kind, _, argument = config.dataset.partition(":")
+    if kind == "folder" and argument and "://" not in argument and not os.path.isdir(argument):
+        raise ValueError(f"image folder {argument!r} does not exist (--dataset="
+                         f"{config.dataset}); expected the layout {argument}/<split>/<class>/"
+                         "*.jpg (or .png)")
+
+
 def _run(config) -> None:
     from keras_efficientnet.training import run_dir
 
+    check_local_folder(config)
     single = config.strategy in SINGLE_PROCESS_STRATEGIES
     with run_dir.owned(config, chief=single):  # logs what it did (take-over, fresh run)
         warning = cpu_oversubscription(config)

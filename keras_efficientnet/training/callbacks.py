@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -10,6 +11,8 @@ import numpy as np
 
 from keras_efficientnet.training.checkpoint import CheckpointManager
 from keras_efficientnet.training.preemption import Preempted
+
+log = logging.getLogger("keras_efficientnet")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -247,9 +250,16 @@ class Checkpointer(_StepCallback):
         super().on_epoch_begin(epoch, logs)
         if self._metrics is not None and epoch == self.initial_epoch and self.initial_batch:
             variables = self.model.metrics_variables
-            if len(variables) == len(self._metrics):
+            try:
+                if len(variables) != len(self._metrics):
+                    raise ValueError(f"{len(self._metrics)} saved, {len(variables)} now")
                 for variable, value in zip(variables, self._metrics):
                     variable.assign(value)
+            except ValueError as error:  # e.g. per-replica sums under a strategy
+                for variable in variables:
+                    variable.assign(keras.ops.zeros_like(variable))
+                log.warning("the resumed epoch's loss and metrics restart their running mean "
+                            "(its weights are exact): %s", str(error).splitlines()[0])
         self._metrics = None
 
     def _save(self, epoch: int, batch: int, *, metrics: bool) -> str | None:

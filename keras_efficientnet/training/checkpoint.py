@@ -34,7 +34,24 @@ _NAME = re.compile(rf"^{PREFIX}(\d+)(?:-batch-(\d+))?$")
 
 
 class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (disk full, permissions); the earlier ones are intact."""
+    """A checkpoint could not be written (disk full, permissions); the earlier ones are intact.
+
+    `errno` is the failed write's; the message names the checkpoint and the intact one."""
+
+    def __init__(self, errno: int | None, message: str):
+        super().__init__(errno, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _reason(error: OSError) -> str:
+    # h5py puts the OS error inside a long report: "... error message = 'No space left ...'".
+    found = re.search(r"error message = '([^']*)'", str(error))
+    if error.strerror and not found:
+        return error.strerror
+    return found[1] if found else str(error)[:200]
 
 
 def checkpoint_name(epoch: int, batch: int = 0) -> str:
@@ -57,9 +74,12 @@ def _suppressed(fn, *args) -> None:
 
 
 def _numpy(variable) -> np.ndarray:
+    # `numpy()` reads distributed variables too (a mirrored metric's sum over replicas).
+    if hasattr(variable, "numpy"):
+        return np.asarray(variable.numpy())
     import keras
 
-    return keras.ops.convert_to_numpy(variable.value if hasattr(variable, "value") else variable)
+    return keras.ops.convert_to_numpy(variable)
 
 
 def _save_arrays(path: Path, arrays) -> None:
@@ -195,10 +215,10 @@ class CheckpointManager:
     def _write_error(self, final: Path, error: OSError) -> CheckpointWriteError:
         latest = self.latest()
         intact = f"; the last checkpoint {latest} is intact" if latest else ""
-        reason = error.strerror or str(error)
         return CheckpointWriteError(
-            error.errno, f"could not write checkpoint {final}: {reason}{intact}. Free space "
-                         "or fix the permissions, then rerun the same command to resume")
+            error.errno, f"could not write checkpoint {final}: {_reason(error)}{intact}. Free "
+                         "space (or fix permissions, quotas), then rerun the same command to "
+                         "resume")
 
     def _rotate(self) -> None:
         complete = self.all()
