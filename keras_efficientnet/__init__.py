@@ -32,15 +32,25 @@ _LAZY_NAMES = {"EfficientNet": "keras_efficientnet.models.efficientnet",
                "list_presets": "keras_efficientnet.models.presets"}
 
 
+# Interpreter options that take a value as the next argument (`python -X importtime -m ...`).
+_OPTIONS_WITH_VALUES = ("-X", "-W", "--check-hash-based-pycs")
+
+
 def started_as_cli(argv: list[str] | None = None) -> bool:
     """Whether this process is one of the CLI_MODULES (`python [options] -m MODULE`) or
     CLI_SCRIPTS: `argv` defaults to the interpreter's own command line (`sys.orig_argv`)."""
     argv = list(getattr(sys, "orig_argv", sys.argv) if argv is None else argv)
-    if "-m" in argv[1:]:
-        position = argv.index("-m", 1)
-        return position + 1 < len(argv) and argv[position + 1] in CLI_MODULES
-    # A console script runs as `python /path/bin/SCRIPT args`, or as SCRIPT itself.
-    return any(os.path.basename(arg) in CLI_SCRIPTS for arg in argv[:2])
+    arguments = iter(argv[1:])
+    for arg in arguments:
+        if arg == "-m":
+            return next(arguments, None) in CLI_MODULES
+        if arg == "-c":
+            return False
+        if arg in _OPTIONS_WITH_VALUES:
+            next(arguments, None)
+        elif not arg.startswith("-"):  # the script: a console script is `python /bin/SCRIPT`
+            return os.path.basename(arg) in CLI_SCRIPTS
+    return bool(argv) and os.path.basename(argv[0]) in CLI_SCRIPTS
 
 
 def import_all() -> None:

@@ -202,3 +202,24 @@ def test_bad_input_answers_in_one_line_before_tensorflow_loads(tmp_path, case):
     assert "keras_efficientnet.training.config" in imported  # the flags were checked ...
     assert not imported & {"tensorflow", "keras", "jax"}, "... without loading a framework"
     print(f"{case}: {elapsed:.2f} s to the error")
+
+
+@pytest.mark.parametrize("argv,cli", [
+    (["python", "-m", "keras_efficientnet.train", "--flagfile=f"], True),
+    (["python", "-X", "importtime", "-u", "-m", "keras_efficientnet.train"], True),
+    (["/venv/bin/python", "/venv/bin/keras-efficientnet-train", "--epochs=1"], True),
+    (["keras-efficientnet-train"], True),
+    (["python", "-m", "pytest", "-m", "keras_efficientnet.train"], False),
+    (["python", "-c", "import keras_efficientnet", "-m", "keras_efficientnet.train"], False),
+    (["python", "train_my_model.py", "-m", "keras_efficientnet.train"], False),
+    (["python"], False),
+])
+def test_only_the_command_line_entry_points_skip_the_eager_import(argv, cli):
+    import keras
+
+    import keras_efficientnet
+
+    assert keras_efficientnet.started_as_cli(argv) is cli
+    # This process (pytest) is not one: the package registered its layers on import.
+    assert not keras_efficientnet.started_as_cli()
+    assert keras.saving.get_registered_object("keras_efficientnet>GroupConv2D") is not None
