@@ -112,7 +112,8 @@ def test_kill_9_during_saves_always_leaves_a_loadable_latest_checkpoint(tmp_path
     while kills < 10:
         start = manager.latest()
         process = start_cli(*args)
-        wait_for(lambda: manager.latest() != start, 600, "a new checkpoint", process)
+        wait_for(lambda start=start: manager.latest() != start, 600, "a new checkpoint",
+                 process)
         if kills % 2:  # odd kills: the moment a save is seen in progress
             deadline = time.monotonic() + 30
             while not saving() and process.poll() is None and time.monotonic() < deadline:
