@@ -11,6 +11,7 @@ import random
 import resource
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -21,8 +22,8 @@ from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.training import trainer
 from keras_efficientnet.training.checkpoint import CheckpointManager, position_of
 from tests.reliability.clitools import (
-    REPO, TINY, assert_one_line, assert_same_checkpoint, messages, run_cli, start_cli, stop,
-    wait_for, write_unreadable_folder)
+    REPO, TINY, assert_one_line, assert_same_checkpoint, cli_command, env, messages, run_cli,
+    start_cli, stop, wait_for, write_unreadable_folder)
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf_only]
 
@@ -203,15 +204,20 @@ def test_failures_after_tensorflow_loads_print_one_line(tmp_path, case):
 
 
 def test_sigterm_stops_a_mirrored_run_on_more_replicas_than_cores(tmp_path):
-    model_dir = tmp_path / "run"
-    process = start_cli("--flagfile=flags/smoke.flags", "--mode=train", "--backend=mirrored",
-                        "--replicas=3", "--micro_batch_size=4", f"--model_dir={model_dir}")
-    wait_for(lambda: (model_dir / "run.lock").is_file(), 300, "the lock", process)
-    time.sleep(5)
-    status, _, err = stop(process, signal.SIGTERM)
+    model_dir, log = tmp_path / "run", tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            cli_command("--flagfile=flags/smoke.flags", "--mode=train", "--backend=mirrored",
+                        "--replicas=3", "--micro_batch_size=4", f"--model_dir={model_dir}"),
+            cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        warned = lambda: "warning: --replicas=3 runs 3 logical CPU devices on " in (  # noqa
+            log.read_text())
+        wait_for(warned, 300, "the warning", process)
+        time.sleep(2)  # somewhere in building the strategy, the model or the first steps
+        process.send_signal(signal.SIGTERM)
+        status = process.wait(timeout=600)
+    err = log.read_text()
     assert "Traceback" not in err and status == 143, err[-3000:]
-    assert any(line.startswith("warning: --replicas=3 runs 3 logical CPU devices on ")
-               for line in messages(err)), err[-3000:]
     assert messages(err)[-1].startswith("stopped by SIGTERM"), err[-3000:]
     assert not (model_dir / "run.lock").exists()
 
