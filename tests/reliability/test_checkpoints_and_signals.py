@@ -13,9 +13,18 @@ import numpy as np
 import pytest
 
 from keras_efficientnet.training.callbacks import (
-    Checkpointer, DivergenceError, DivergenceGuard, NonFiniteLossError, NonFiniteLossGuard)
+    Checkpointer,
+    DivergenceError,
+    DivergenceGuard,
+    NonFiniteLossError,
+    NonFiniteLossGuard,
+)
 from keras_efficientnet.training.checkpoint import (
-    CheckpointManager, CheckpointWriteError, checkpoint_name, position_of)
+    CheckpointManager,
+    CheckpointWriteError,
+    checkpoint_name,
+    position_of,
+)
 from keras_efficientnet.training.preemption import Preempted, SignalWatch
 
 pytestmark = pytest.mark.tf_only

@@ -39,8 +39,8 @@ def main(capsys, monkeypatch):
 
 
 def _folder(root, classes=3):
-    from PIL import Image
     import numpy as np
+    from PIL import Image
 
     for split in ("train", "validation"):
         for k in range(classes):

@@ -22,8 +22,19 @@ from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.training import trainer
 from keras_efficientnet.training.checkpoint import CheckpointManager, position_of
 from tests.reliability.clitools import (
-    REPO, TINY, assert_one_line, assert_same_checkpoint, cli_command, env, messages, run_cli,
-    start_cli, stop, wait_for, write_unreadable_folder)
+    REPO,
+    TINY,
+    assert_one_line,
+    assert_same_checkpoint,
+    cli_command,
+    env,
+    messages,
+    run_cli,
+    start_cli,
+    stop,
+    wait_for,
+    write_unreadable_folder,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf_only]
 
@@ -106,7 +117,7 @@ def test_kill_9_during_saves_always_leaves_a_loadable_latest_checkpoint(tmp_path
     trainer.compile_model(model, trainer.build_optimizer(config, schedule), config, 10)
     model.optimizer.build(model.trainable_variables)
     manager = CheckpointManager(model_dir / "checkpoints")
-    saving = lambda: any(p.name.startswith(".tmp-")  # noqa: E731
+    saving = lambda: any(p.name.startswith(".tmp-")
                          for p in manager.directory.glob(".*"))
     chance = random.Random(12)
     kills, in_save, positions = 0, 0, []
@@ -210,7 +221,7 @@ def test_sigterm_stops_a_mirrored_run_on_more_replicas_than_cores(tmp_path):
             cli_command("--flagfile=flags/smoke.flags", "--mode=train", "--backend=mirrored",
                         "--replicas=3", "--micro_batch_size=4", f"--model_dir={model_dir}"),
             cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=stderr, text=True)
-        warned = lambda: "warning: --replicas=3 runs 3 logical CPU devices on " in (  # noqa
+        warned = lambda: "warning: --replicas=3 runs 3 logical CPU devices on " in (
             log.read_text())
         wait_for(warned, 300, "the warning", process)
         time.sleep(2)  # somewhere in building the strategy, the model or the first steps

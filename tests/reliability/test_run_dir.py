@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from keras_efficientnet.training import TrainConfig
-from keras_efficientnet.training import run_dir
+from keras_efficientnet.training import TrainConfig, run_dir
 from keras_efficientnet.training.run_dir import RunDirError, RunLock
 from tests.reliability.clitools import REPO, assert_one_line, env, run_cli
 
