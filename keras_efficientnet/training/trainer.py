@@ -531,7 +531,8 @@ def _run_mode(config: TrainConfig, runtime, started: float) -> dict:
             model = trained["model"]
             results.update(epochs=config.epochs, train_resolution=train_res,
                            images_per_second=trained["images_per_second"],
-                           history=trained["history"], checkpoint=str(trained["checkpoint"]))
+                           history=trained["history"],
+                           checkpoint=str(trained["checkpoint"]) if trained["checkpoint"] else None)
             if trained["average"] is not None and trained["average"].values is not None:
                 model.set_weights(trained["average"].weights_like(model))
                 weights_from = "weight average"
