@@ -218,7 +218,7 @@ def test_sigterm_stops_a_mirrored_run_on_more_replicas_than_cores(tmp_path):
     model_dir, log = tmp_path / "run", tmp_path / "stderr.txt"
     with open(log, "w") as stderr:
         process = subprocess.Popen(
-            cli_command("--flagfile=flags/smoke.flags", "--mode=train", "--backend=mirrored",
+            cli_command("--flagfile=flags/smoke.flags", "--mode=train", "--strategy=mirrored",
                         "--replicas=3", "--micro_batch_size=4", f"--model_dir={model_dir}"),
             cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         warned = lambda: "warning: --replicas=3 runs 3 logical CPU devices on " in (
@@ -234,7 +234,7 @@ def test_sigterm_stops_a_mirrored_run_on_more_replicas_than_cores(tmp_path):
 
 
 def test_sigterm_mid_epoch_of_a_mirrored_run_resumes_bit_exactly(tmp_path):
-    args = [*TINY, "--epochs=2", "--steps_per_epoch=6", "--backend=mirrored", "--replicas=2",
+    args = [*TINY, "--epochs=2", "--steps_per_epoch=6", "--strategy=mirrored", "--replicas=2",
             "--micro_batch_size=8", "--checkpoint_steps=2"]
     full = run_cli(*args, f"--model_dir={tmp_path / 'full'}")
     assert full.returncode == 0, full.stderr[-3000:]
