@@ -238,7 +238,8 @@ def make_dataset(
         iteration, reshuffled and re-cropped each time (`model.fit(dataset, epochs=3)`).
       drop_remainder: drop the last partial batch; None = `training`.
       seed: seed for shuffling, crops, flips and mixing; same seed, same batches.
-      deterministic: keep element order fixed; None = True when `seed` is given.
+      deterministic: keep element order fixed; None = True when `seed` is given and for
+        evaluation (`training=False`), whose first batches are what `--eval_steps` reads.
       input_context: from `tf.distribute`; shards the data between input pipelines.
       private_threadpool_size, max_intra_op_parallelism: tf.data host thread settings
         (None = TF defaults).
@@ -258,7 +259,8 @@ def make_dataset(
     mixing_on = augment and mixing_configured
     one_hot = mixing_configured if one_hot is None else one_hot
     drop_remainder = training if drop_remainder is None else drop_remainder
-    deterministic = (seed is not None) if deterministic is None else deterministic
+    # Evaluation keeps its order: a fixed sample of every class under --eval_steps.
+    deterministic = (seed is not None or not training) if deterministic is None else deterministic
     counter = SKIPPED if skip_counter is None else skip_counter
     if input_context is not None:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
