@@ -3,46 +3,78 @@
 The model, layers and optimizers use `keras.ops` and import without TensorFlow (for example under
 `KERAS_BACKEND=jax`); the host pipeline (`datasets`), trainer and distribution code need TensorFlow
 and are imported on first use.
+
+`import keras_efficientnet` imports the model, every layer, optimizer and learning-rate schedule,
+which registers them with Keras' serialization, so that a fresh process needs nothing more before
+`keras.models.load_model(path)` (safe mode included) of a model that uses them or was compiled
+with them. One exception: a process started as one of our command-line entry points
+(`python -m keras_efficientnet.train`, `keras-efficientnet-train`) skips that import, checks its
+flags first (a mistyped flag answers in about a second instead of after Keras and TensorFlow
+load), and then calls `import_all()` itself.
 """
 
 import importlib
+import os
+import sys
 
 __version__ = "0.1.0"
+
+# Modules run with `python -m` and console scripts that check their flags before Keras loads.
+CLI_MODULES = ("keras_efficientnet.train",)
+CLI_SCRIPTS = ("keras-efficientnet-train",)
 
 # Modules whose classes Keras must find by name when it loads a saved model: every public layer,
 # the EfficientNet model, every optimizer and learning-rate schedule.
 _SERIALIZABLE_MODULES = ("layers", "models", "optimizers")
-
-
-def _register_serializables() -> None:
-    """Registers every public layer, model, optimizer and schedule with Keras' serialization.
-
-    Importing a module runs its `@keras.saving.register_keras_serializable` decorators, so that
-    `import keras_efficientnet` is all a fresh process needs before
-    `keras.models.load_model(path)` (safe mode included) of a model that uses them, or that was
-    compiled with `LARS`, `RMSPropTF`, `SGD` or a `WarmupSchedule`. These modules need Keras but
-    not TensorFlow. It is the one place where importing the package imports Keras.
-    """
-    for name in _SERIALIZABLE_MODULES:
-        importlib.import_module(f"keras_efficientnet.{name}")
-
-
-_register_serializables()
-
-from keras_efficientnet import layers, models, optimizers  # noqa: E402
-from keras_efficientnet.models.efficientnet import EfficientNet  # noqa: E402
-from keras_efficientnet.models.macs import count_macs  # noqa: E402
-from keras_efficientnet.models.presets import list_presets  # noqa: E402
-
 _LAZY_SUBMODULES = ("datasets", "training", "distribute", "cli")
+_LAZY_NAMES = {"EfficientNet": "keras_efficientnet.models.efficientnet",
+               "count_macs": "keras_efficientnet.models.macs",
+               "list_presets": "keras_efficientnet.models.presets"}
+
+
+# Interpreter options that take a value as the next argument (`python -X importtime -m ...`).
+_OPTIONS_WITH_VALUES = ("-X", "-W", "--check-hash-based-pycs")
+
+
+def started_as_cli(argv: list[str] | None = None) -> bool:
+    """Whether this process is one of the CLI_MODULES (`python [options] -m MODULE`) or
+    CLI_SCRIPTS: `argv` defaults to the interpreter's own command line (`sys.orig_argv`)."""
+    argv = list(getattr(sys, "orig_argv", sys.argv) if argv is None else argv)
+    arguments = iter(argv[1:])
+    for arg in arguments:
+        if arg == "-m":
+            return next(arguments, None) in CLI_MODULES
+        if arg == "-c":
+            return False
+        if arg in _OPTIONS_WITH_VALUES:
+            next(arguments, None)
+        elif not arg.startswith("-"):  # the script: a console script is `python /bin/SCRIPT`
+            return os.path.basename(arg) in CLI_SCRIPTS
+    return bool(argv) and os.path.basename(argv[0]) in CLI_SCRIPTS
+
+
+def import_all() -> None:
+    """Imports the model, every layer, optimizer and schedule, registering them with Keras (what
+    `import keras_efficientnet` does outside the command-line entry points). It is the one place
+    where importing the package imports Keras."""
+    modules = {name: importlib.import_module(f"keras_efficientnet.{name}")
+               for name in _SERIALIZABLE_MODULES}
+    modules["layers"].import_all()
+    globals().update(modules, **{name: getattr(importlib.import_module(module), name)
+                                 for name, module in _LAZY_NAMES.items()})
 
 
 def __getattr__(name):
     # Lazy so that `import keras_efficientnet` never pulls TensorFlow in on the JAX backend.
-    if name in _LAZY_SUBMODULES:
+    if name in _LAZY_SUBMODULES or name in _SERIALIZABLE_MODULES:
         return importlib.import_module(f"keras_efficientnet.{name}")
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
     raise AttributeError(f"module 'keras_efficientnet' has no attribute {name!r}")
 
 
-__all__ = ["EfficientNet", "count_macs", "layers", "list_presets", "models", "optimizers",
+if not started_as_cli():
+    import_all()
+
+__all__ = ["EfficientNet", "count_macs", "list_presets", *_SERIALIZABLE_MODULES,
            *_LAZY_SUBMODULES]

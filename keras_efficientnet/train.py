@@ -1,15 +1,72 @@
-"""`python -m keras_efficientnet.train --flagfile=flags/NAME.flags`: the training command."""
+"""`python -m keras_efficientnet.train --flagfile=flags/NAME.flags`: the training command.
+
+Everything a user can get wrong is checked before TensorFlow loads, in about a second: the flags
+(into a frozen TrainConfig) and the run directory (writable, not in use by another run, the
+fresh-run rule). Failures print one line; `cli.errors` lists the exit statuses. SIGTERM and
+SIGINT checkpoint the current training step and exit with 128 + the signal number.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from absl import app, flags
 
+from keras_efficientnet.cli import errors
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
 
 define_flags()
+
+# Strategies whose one process owns the run directory; multi-process runs let their chief take
+# it once the strategy says which process that is (in `train_and_evaluate`).
+SINGLE_PROCESS_STRATEGIES = ("default", "mirrored", "ipu")
+
+
+def cpu_oversubscription(config) -> str | None:
+    """A warning when logical CPU replicas (mirrored, no GPU) outnumber this host's cores."""
+    if config.strategy != "mirrored":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if config.replicas <= (cores or 1):
+        return None
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return None
+    return (f"--replicas={config.replicas} runs {config.replicas} logical CPU devices on "
+            f"{cores} CPU cores: they take turns on the cores, so this is a functional run, "
+            f"far slower than --replicas={cores} or fewer")
+
+
+def check_local_folder(config) -> None:
+    """The one data check cheap enough for before TensorFlow loads: a local image folder that
+    is not there (the pipeline checks the rest, with the same kind of message)."""
+    kind, _, argument = config.dataset.partition(":")
+    if kind == "folder" and argument and "://" not in argument and not os.path.isdir(argument):
+        raise ValueError(f"image folder {argument!r} does not exist (--dataset="
+                         f"{config.dataset}); expected the layout {argument}/<split>/<class>/"
+                         "*.jpg (or .png)")
+
+
+def _run(config) -> None:
+    from keras_efficientnet.training import run_dir
+
+    check_local_folder(config)
+    single = config.strategy in SINGLE_PROCESS_STRATEGIES
+    with run_dir.owned(config, chief=single):  # logs what it did (take-over, fresh run)
+        warning = cpu_oversubscription(config)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+        # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
+        logging.getLogger("tensorflow").setLevel(logging.WARNING)
+        print(config.plan.describe(), flush=True)  # the plan and its global batch, first
+        import keras_efficientnet
+        from keras_efficientnet.distribute import run
+
+        keras_efficientnet.import_all()  # what `import keras_efficientnet` does elsewhere
+        run(config)
 
 
 def main(argv: list[str]) -> int:
@@ -19,18 +76,19 @@ def main(argv: list[str]) -> int:
         config = config_from_flags(flags.FLAGS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    print(config.plan.describe(), flush=True)  # the plan and its global batch, first
-    from keras_efficientnet.distribute import run
+        return errors.BAD_INPUT
+    from keras_efficientnet.training import preemption
 
-    try:
-        run(config)
-    except (ValueError, ImportError, ConnectionError) as error:
-        # Bad input, a missing backend package or an unreachable peer: one clear line.
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    with preemption.watching():
+        try:
+            _run(config)
+        except Exception as error:  # one line for those a user can act on (cli.errors)
+            described = errors.describe(error)
+            if described is None:
+                raise
+            message, status = described
+            print(message, file=sys.stderr, flush=True)
+            return status
     return 0
 
 

@@ -12,7 +12,12 @@ from keras_efficientnet.datasets.mixing import (
     sample_beta,
     sample_cutmix_lambda,
 )
-from keras_efficientnet.datasets.pipeline import SKIPPED, SkipCounter, make_dataset
+from keras_efficientnet.datasets.pipeline import (
+    SKIPPED,
+    NoReadableImagesError,
+    SkipCounter,
+    make_dataset,
+)
 from keras_efficientnet.datasets.preprocessing import (
     AREA_RANGE,
     ASPECT_RANGE,
@@ -40,6 +45,7 @@ __all__ = [
     "EVAL_RESIZE_RATIO",
     "SKIPPED",
     "DatasetInfo",
+    "NoReadableImagesError",
     "SkipCounter",
     "center_crop",
     "center_crop_window",

@@ -36,6 +36,9 @@ SYNTHETIC_NUM_CLASSES = 1000
 # Distinct random images cycled through: enough to look like data, cheap enough to cache.
 SYNTHETIC_POOL = 64
 
+# Seed of the fixed order in which unshuffled (evaluation) reads list an image folder.
+EVAL_ORDER_SEED = 20210607
+
 TFRECORD_IMAGE_KEY = "image/encoded"
 TFRECORD_LABEL_KEY = "image/class/label"
 # Object boxes of TF-slim style ImageNet records (normalized; absent keys read as no boxes).
@@ -152,9 +155,16 @@ def list_image_folder(root: str | os.PathLike,
     return paths, labels, classes
 
 
-def _folder_records(root: str | os.PathLike, split: str, source: str) -> Records:
+def _folder_records(root: str | os.PathLike, split: str, source: str,
+                    sample_order: bool = False) -> Records:
     paths, labels, classes = list_image_folder(root, split)
     info = DatasetInfo(source, split, len(paths), len(classes), tuple(classes))
+    if sample_order:
+        # The listing is sorted by class: its first N files are one or two classes. A fixed
+        # permutation makes every prefix (what --eval_steps reads) a uniform random sample,
+        # the same in every run.
+        order = np.random.default_rng(EVAL_ORDER_SEED).permutation(len(paths))
+        paths, labels = [paths[i] for i in order], [labels[i] for i in order]
     dataset = tf.data.Dataset.from_tensor_slices(
         {"name": paths, "data": paths, "label": np.asarray(labels, np.int32)}
     )
@@ -481,14 +491,21 @@ def read_records(
     num_classes: int | None = None,
     label_offset: int = 0,
 ) -> Records:
-    """Opens `split` of `source` for the pipeline (see `Records`); checks it exists first."""
+    """Opens `split` of `source` for the pipeline (see `Records`); checks it exists first.
+
+    Unshuffled reads (`shuffle_files=False`, evaluation) of image folders come in a fixed
+    random order rather than sorted by class, so that reading only the first batches samples
+    every class; tfds and TFRecord splits keep the order they were written in (shuffled at
+    preparation: data/folder_to_tfrecord.py and tfds both do).
+    """
     kind, argument = parse_source(source)
     if kind == "synthetic":
         return _synthetic_records(split, source, image_size, num_classes, seed)
     if kind == "digits":
-        return _folder_records(prepare_digits(data_dir), split, source)
+        return _folder_records(prepare_digits(data_dir), split, source,
+                               sample_order=not shuffle_files)
     if kind == "folder":
-        return _folder_records(argument, split, source)
+        return _folder_records(argument, split, source, sample_order=not shuffle_files)
     if kind == "tfds":
         return _tfds_records(argument, split, data_dir, source, input_context, shuffle_files,
                              seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from keras_efficientnet.models.efficientnet import SCALING
+from keras_efficientnet.models.architecture import SCALING
 
 G16_GROUP_SIZE = 16
 G16_EXPAND_RATIO = 4

@@ -1,7 +1,8 @@
-"""Keras callbacks of the trainer: throughput, non-finite loss guard, checkpoints, averaging."""
+"""Keras callbacks of the trainer: throughput, loss guards (NaN, divergence), checkpoints."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -9,6 +10,9 @@ import keras
 import numpy as np
 
 from keras_efficientnet.training.checkpoint import CheckpointManager
+from keras_efficientnet.training.preemption import Preempted
+
+log = logging.getLogger("keras_efficientnet")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -51,37 +55,132 @@ class Throughput(keras.callbacks.Callback):
         return self.images / self.seconds if self.seconds else float("nan")
 
 
-class NonFiniteLossGuard(keras.callbacks.Callback):
+class _StepCallback(keras.callbacks.Callback):
+    """Knows the global step at each batch end, also in a resumed partial epoch.
+
+    A run resumed after `initial_batch` batches of epoch `initial_epoch` trains the rest of that
+    epoch in its own `fit` call, whose batch indices start at 0 again: they are offset here.
+    """
+
+    def __init__(self, steps_per_epoch: int, initial_epoch: int = 0, initial_batch: int = 0):
+        super().__init__()
+        self.steps_per_epoch = steps_per_epoch
+        self.initial_epoch = initial_epoch
+        self.initial_batch = initial_batch
+        self.epoch = initial_epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def batches_done(self, batch: int) -> int:
+        """Batches of the current epoch done once Keras' `batch` (0-based) has ended."""
+        offset = self.initial_batch if self.epoch == self.initial_epoch else 0
+        return offset + batch + 1
+
+    def global_step(self, batch: int) -> int:
+        return self.epoch * self.steps_per_epoch + self.batches_done(batch)
+
+    def where(self, batch: int) -> str:
+        return (f"step {self.global_step(batch)} (epoch {self.epoch + 1}, batch "
+                f"{self.batches_done(batch)})")
+
+
+def _kept(checkpoints: CheckpointManager | None) -> str:
+    last = checkpoints.latest() if checkpoints else None
+    return f"the last good checkpoint {last} is intact" if last else "no good checkpoint exists"
+
+
+class NonFiniteLossGuard(_StepCallback):
     """Stops the run on a NaN or infinite loss, naming the step; checkpoints stay untouched.
 
     Args:
         steps_per_epoch: steps per epoch, to report a global step.
-        initial_epoch: the epoch training (re)started at.
+        initial_epoch, initial_batch: where training (re)started.
         steps_per_execution: steps between two `on_train_batch_end` calls.
         checkpoints: the manager, to name the last good checkpoint in the message.
     """
 
     def __init__(self, steps_per_epoch: int, initial_epoch: int = 0,
-                 steps_per_execution: int = 1, checkpoints: CheckpointManager | None = None):
-        super().__init__()
-        self.steps_per_epoch = steps_per_epoch
-        self.epoch = initial_epoch
+                 steps_per_execution: int = 1, checkpoints: CheckpointManager | None = None,
+                 initial_batch: int = 0):
+        super().__init__(steps_per_epoch, initial_epoch, initial_batch)
         self.steps_per_execution = steps_per_execution
         self.checkpoints = checkpoints
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is None or math.isfinite(float(loss)):
             return
-        step = self.epoch * self.steps_per_epoch + batch + 1
-        last = self.checkpoints.latest() if self.checkpoints else None
-        kept = f"; the last good checkpoint {last} is intact" if last else ""
         raise NonFiniteLossError(
-            f"training loss became {float(loss)} at step {step} (epoch {self.epoch + 1}, "
-            f"batch {batch + 1}){kept}. Lower --learning_rate or check the data.")
+            f"training loss became {float(loss)} at {self.where(batch)}; "
+            f"{_kept(self.checkpoints)}. Lower --learning_rate or check the data.")
+
+
+class DivergenceError(RuntimeError):
+    """Raised when the training loss stays finite but far above chance level."""
+
+
+class DivergenceGuard(_StepCallback):
+    """Stops a run whose loss stays far above chance, as a NaN would, and marks the state
+    suspect while it is above, so that checkpoints written then are not trusted.
+
+    The rule: the loss Keras reports (the epoch's running mean, what the progress bar shows)
+    above `factor` x ln(classes) at `patience` step ends in a row. A classifier's initial
+    cross-entropy is about ln(classes) (2.3 for 10 classes, 6.9 for 1000), and training only
+    lowers it; ten times that means logits of wrong classes tens of units high, which a
+    diverged optimizer produces (an RMSProp rate of 1e6 gives 1e16) and a healthy run does not.
+    A single spike is tolerated: it must last `patience` step ends.
+
+    Args:
+        num_classes: classes of the classifier (sets the threshold).
+        factor: multiple of ln(classes) that counts as diverged. Default 10.
+        patience: consecutive step ends above it that stop the run. Default 5.
+        steps_per_epoch, initial_epoch, initial_batch: to name the global step.
+        checkpoints: the manager, to name the last good checkpoint in the message.
+
+    Example:
+        >>> guard = DivergenceGuard(num_classes=1000, factor=10, patience=5, steps_per_epoch=100)
+        >>> model.fit(data, callbacks=[guard])   # raises DivergenceError after 5 bad steps
+    """
+
+    def __init__(self, num_classes: int, factor: float = 10.0, patience: int = 5,
+                 steps_per_epoch: int = 1, initial_epoch: int = 0, initial_batch: int = 0,
+                 checkpoints: CheckpointManager | None = None):
+        super().__init__(steps_per_epoch, initial_epoch, initial_batch)
+        if factor <= 0 or patience < 1:
+            raise ValueError(f"factor must be > 0 and patience >= 1, received {factor}, "
+                             f"{patience}")
+        self.num_classes = num_classes
+        self.factor = factor
+        self.patience = patience
+        self.threshold = factor * math.log(max(num_classes, 2))
+        self.checkpoints = checkpoints
+        self.above = 0  # consecutive step ends above the threshold
+        self.first_step = None
+
+    @property
+    def suspect(self) -> bool:
+        """Whether the loss is above the threshold now (a checkpoint now is not trusted)."""
+        return self.above > 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None or not math.isfinite(float(loss)):
+            return  # NonFiniteLossGuard's case
+        loss = float(loss)
+        if loss <= self.threshold:
+            self.above, self.first_step = 0, None
+            return
+        self.above += 1
+        if self.first_step is None:
+            self.first_step = self.global_step(batch)
+        if self.above >= self.patience:
+            raise DivergenceError(
+                f"training diverged: the loss ({loss:.3g}, running mean of the epoch) stayed "
+                f"above {self.threshold:.3g} = {self.factor:g} x ln({self.num_classes} classes) "
+                f"for {self.above} step ends in a row, from step {self.first_step} to "
+                f"{self.where(batch)}; {_kept(self.checkpoints)}. Lower --learning_rate "
+                "(--divergence_factor=0 turns this check off).")
 
 
 class WeightAverage:
@@ -107,33 +206,94 @@ class WeightAverage:
         return [a.astype(w.dtype) for a, w in zip(self.values, model.get_weights())]
 
 
-class EpochCheckpoint(keras.callbacks.Callback):
-    """After each epoch: update the weight average, then write a checkpoint atomically.
+class Checkpointer(_StepCallback):
+    """Writes checkpoints at each epoch's end, every `every_steps` steps or `every_minutes`
+    minutes, and at the step where a signal asked the run to stop (then raises `Preempted`).
+
+    At an epoch's end it first updates the weight average. Mid-epoch saves also hold the
+    metrics' running sums; at the start of a resumed partial epoch they are put back, so the
+    epoch reports what the uninterrupted one would.
 
     Args:
         manager: the checkpoint manager; None keeps the average and history but writes nothing
             (the other workers of a multi-process run).
         average: a `WeightAverage`, or None.
         state: extra JSON-serialisable state stored in each checkpoint (e.g. the config).
-        steps_per_epoch: to record the global step.
+        steps_per_epoch: steps per epoch.
+        initial_epoch, initial_batch: where training (re)started.
+        history: the per-epoch logs of the epochs before `initial_epoch`.
+        every_steps: also save every this many global steps; 0 = epoch ends only.
+        every_minutes: also save when this many minutes passed since the last save; 0 = off.
+        watch: a `preemption.SignalWatch`; its `requested` signal stops the run at a step end.
+        health: a `DivergenceGuard`; saves while it is `suspect` are marked unhealthy.
+        metrics: metric values to put back at the start of the resumed partial epoch.
     """
 
     def __init__(self, manager: CheckpointManager | None, average: WeightAverage | None,
-                 state: dict, steps_per_epoch: int):
-        super().__init__()
+                 state: dict, steps_per_epoch: int, *, initial_epoch: int = 0,
+                 initial_batch: int = 0, history=(), every_steps: int = 0,
+                 every_minutes: float = 0.0, watch=None, health: DivergenceGuard | None = None,
+                 metrics: list | None = None):
+        super().__init__(steps_per_epoch, initial_epoch, initial_batch)
         self.manager = manager
         self.average = average
         self.state = state
-        self.steps_per_epoch = steps_per_epoch
-        self.history: list[dict] = []
+        self.history: list[dict] = list(history)
+        self.every_steps = every_steps
+        self.every_seconds = every_minutes * 60.0
+        self.watch = watch
+        self.health = health
+        self._metrics = metrics
+        self._last_save = time.monotonic()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        if self._metrics is not None and epoch == self.initial_epoch and self.initial_batch:
+            variables = self.model.metrics_variables
+            try:
+                if len(variables) != len(self._metrics):
+                    raise ValueError(f"{len(self._metrics)} saved, {len(variables)} now")
+                for variable, value in zip(variables, self._metrics):
+                    variable.assign(value)
+            except ValueError as error:  # e.g. per-replica sums under a strategy
+                for variable in variables:
+                    variable.assign(keras.ops.zeros_like(variable))
+                log.warning("the resumed epoch's loss and metrics restart their running mean "
+                            "(its weights are exact): %s", str(error).splitlines()[0])
+        self._metrics = None
+
+    def _save(self, epoch: int, batch: int, *, metrics: bool) -> str | None:
+        self._last_save = time.monotonic()
+        if self.manager is None:
+            return None
+        global_step = epoch * self.steps_per_epoch + batch
+        state = {**self.state, "global_step": global_step, "history": self.history}
+        return str(self.manager.save(
+            epoch, self.model, self.model.optimizer, state,
+            self.average.values if self.average is not None else None, batch=batch,
+            healthy=not (self.health is not None and self.health.suspect),
+            metrics=list(self.model.metrics_variables) if metrics else None))
+
+    def _stop_if_asked(self, path: str | None, step: int) -> None:
+        signum = self.watch.requested if self.watch is not None else None
+        if signum is not None:
+            raise Preempted(signum, path, step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        done = self.batches_done(batch)
+        if done >= self.steps_per_epoch:
+            return  # the epoch's end saves (and stops when asked) next
+        step = self.global_step(batch)
+        asked = self.watch is not None and self.watch.requested is not None
+        due = (self.every_steps and step % self.every_steps == 0) or (
+            self.every_seconds and time.monotonic() - self._last_save >= self.every_seconds)
+        if asked or due:
+            path = self._save(self.epoch, done, metrics=True)
+            self._stop_if_asked(path, step)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.average is not None:
             self.average.update(self.model)
         self.history.append({k: float(v) for k, v in (logs or {}).items()})
-        if self.manager is None:
-            return
-        state = {**self.state, "global_step": (epoch + 1) * self.steps_per_epoch,
-                 "history": self.history}
-        self.manager.save(epoch + 1, self.model, self.model.optimizer, state,
-                          self.average.values if self.average is not None else None)
+        path = self._save(epoch + 1, 0, metrics=False)
+        self._stop_if_asked(path, (epoch + 1) * self.steps_per_epoch)

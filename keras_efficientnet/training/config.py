@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import json
 import os
@@ -35,9 +36,17 @@ class TrainConfig:
 
     # What to do and where.
     mode: str = _f("train_and_finetune", "What to run.", MODES)
-    model_dir: str = _f("runs/default", "Checkpoints, TensorBoard logs and results.json.")
-    resume: bool = _f(True, "Resume from the latest checkpoint in model_dir when there is one.")
-    keep_checkpoints: int = _f(3, "Per-epoch checkpoints to keep (the newest).")
+    model_dir: str = _f("runs/default", "Checkpoints, TensorBoard logs and results.json; one "
+                                        "run at a time (run.lock).")
+    resume: bool = _f(True, "Resume from the latest good checkpoint in model_dir when there is "
+                            "one. --noresume starts afresh and first moves an earlier run's "
+                            "files to model_dir/previous/<time>/.")
+    keep_checkpoints: int = _f(3, "Checkpoints to keep (the newest; the last good one is "
+                                  "always kept too).")
+    checkpoint_steps: int = _f(0, "Also checkpoint every N training steps, mid-epoch; 0 = at "
+                                  "epoch ends only.")
+    checkpoint_minutes: float = _f(0.0, "Also checkpoint when N minutes passed since the last "
+                                        "save (long epochs); 0 = off.")
     export_dir: str = _f("", "Also write the final model here as a TensorFlow SavedModel "
                              "(serving signature: uint8 images in, probabilities out); empty = "
                              "none. Every training run writes model_dir/model.keras.")
@@ -110,6 +119,11 @@ class TrainConfig:
     ema_decay: float = _f(0.0, "Per-step exponential moving average of weights; 0 disables.")
     weight_average_decay: float = _f(
         0.97, "Exponential average of per-epoch weights, evaluated and fine-tuned; 0 disables.")
+    divergence_factor: float = _f(
+        10.0, "Stop training when the loss stays above this x ln(classes) for "
+              "--divergence_steps step ends (a finite divergence); 0 = off.")
+    divergence_steps: int = _f(5, "Consecutive step ends above --divergence_factor that stop "
+                                  "the run.")
 
     # Length.
     epochs: int = _f(10, "Training epochs.")
@@ -197,23 +211,28 @@ def validate(config: TrainConfig) -> None:
         if choices and value not in choices:
             raise ValueError(f"--{f.name}={value!r} is not valid; choose one of {list(choices)}")
     if config.model not in PRESETS:
-        raise ValueError(f"--model={config.model!r} is not a known preset; valid: "
+        close = difflib.get_close_matches(config.model, PRESETS, n=3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ValueError(f"--model={config.model!r} is not a known preset; {hint}valid: "
                          f"{sorted(PRESETS)}")
     positive = ("micro_batch_size", "gradient_accumulation", "replicas", "device_iterations",
-                "keep_checkpoints")
+                "keep_checkpoints", "divergence_steps")
     for name in positive:
         if getattr(config, name) < 1:
             raise ValueError(f"--{name} must be >= 1, received {getattr(config, name)}")
     non_negative = ("epochs", "finetune_epochs", "steps_per_epoch", "eval_steps",
                     "train_resolution", "test_resolution", "warmup_epochs", "weight_decay",
                     "learning_rate", "finetune_learning_rate", "mixup_alpha", "host_threads",
-                    "finetune_batch_size", "finetune_warmup_epochs")
+                    "finetune_batch_size", "finetune_warmup_epochs", "checkpoint_steps",
+                    "checkpoint_minutes", "divergence_factor")
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, received {getattr(config, name)}")
     for name in ("label_smoothing", "ema_decay", "weight_average_decay", "cutmix_lambda"):
         if not 0.0 <= getattr(config, name) < 1.0:
             raise ValueError(f"--{name} must be in [0, 1), received {getattr(config, name)}")
+    if not config.model_dir:
+        raise ValueError("--model_dir must not be empty")
     if not 0.0 < config.crop_area_min <= 1.0:
         raise ValueError(f"--crop_area_min must be in (0, 1], received {config.crop_area_min}")
     for name in ("train_resolution", "test_resolution"):
@@ -238,7 +257,7 @@ def validate(config: TrainConfig) -> None:
 
 def preset_block_names(model: str) -> list[str]:
     """Block names of a preset (split points), without building the model."""
-    from keras_efficientnet.models.efficientnet import SCALING, block_specs
+    from keras_efficientnet.models.architecture import SCALING, block_specs
     from keras_efficientnet.models.presets import preset_config
 
     scaling = SCALING[preset_config(model)["variant"]]

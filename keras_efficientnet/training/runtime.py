@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ContextManager, Protocol
 
 import keras
@@ -51,13 +52,33 @@ class Runtime(Protocol):
             verbose: int = 1) -> keras.callbacks.History: ...
 
 
+# The global step a run resumed mid-epoch starts at: the trainer sets it around the `fit` that
+# finishes the interrupted epoch (whose `steps_per_epoch` is then only the steps left), so that
+# every runtime's `skip_seen` starts there without another argument in the protocol.
+_START_STEP: contextvars.ContextVar[int | None] = contextvars.ContextVar("start_step",
+                                                                        default=None)
+
+
+@contextlib.contextmanager
+def starting_at_step(step: int) -> Iterator[None]:
+    """Inside, `skip_seen` positions the input at global step `step` (a mid-epoch resume)."""
+    token = _START_STEP.set(step)
+    try:
+        yield
+    finally:
+        _START_STEP.reset(token)
+
+
 def skip_seen(dataset, *, initial_epoch: int, steps_per_epoch: int, batches_per_step: int = 1):
-    """`dataset` from where an uninterrupted run would be after `initial_epoch` epochs.
+    """`dataset` from where an uninterrupted run would be after `initial_epoch` epochs (or at
+    the step `starting_at_step` gives).
 
     The pipeline is seeded, so skipping the batches already consumed (`batches_per_step` per
     step from this pipeline) makes a resumed run see exactly what the uninterrupted one would.
     """
-    return dataset.skip(initial_epoch * steps_per_epoch * batches_per_step)
+    start = _START_STEP.get()
+    steps = initial_epoch * steps_per_epoch if start is None else start
+    return dataset.skip(steps * batches_per_step)
 
 
 class OneDevice:

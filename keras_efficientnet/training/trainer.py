@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import time
 import warnings
 from pathlib import Path
@@ -15,16 +16,22 @@ from keras_efficientnet import optimizers as opt_lib
 from keras_efficientnet.atomic import write_atomically
 from keras_efficientnet.models.efficientnet import SCALING, EfficientNet
 from keras_efficientnet.models.presets import preset_config
+from keras_efficientnet.training import preemption, run_dir
 from keras_efficientnet.training.callbacks import (
-    EpochCheckpoint,
+    Checkpointer,
+    DivergenceGuard,
     NonFiniteLossGuard,
     Throughput,
     WeightAverage,
 )
-from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
+from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager, position_of
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
-from keras_efficientnet.training.export import export_saved_model, inference_model, save_model
-from keras_efficientnet.training.runtime import OneDevice
+from keras_efficientnet.training.export import (
+    export_saved_model,
+    inference_model,
+    save_model,
+)
+from keras_efficientnet.training.runtime import OneDevice, starting_at_step
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -131,13 +138,15 @@ def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classe
 
 def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
                    repeat: bool, num_classes: int | None = None, augment: bool | None = None,
-                   input_context=None, mix: bool | None = None):
+                   input_context=None, mix: bool | None = None, skip_counter=None):
     """The host pipeline for one phase; `augment=False` gives eval preprocessing, shuffled, and
     `mix` applies the config's Mixup/CutMix (default: when augmenting).
 
     Training batches hold one step of the plan (`plan.examples_per_step`); with an
     `input_context` (a `tf.distribute.InputContext` from the runtime) this pipeline reads only its
     shard and yields the per-replica share. Evaluation batches hold `plan.forward_batch_size`.
+    Unreadable images are counted in `skip_counter` (a `datasets.SkipCounter`; default: the
+    pipeline's own).
     """
     from keras_efficientnet import datasets
 
@@ -156,7 +165,7 @@ def build_datasets(config: TrainConfig, resolution: int, *, training: bool, spli
         deterministic=config.deterministic or None,
         private_threadpool_size=config.host_threads or None,
         eval_resize_ratio=config.eval_resize_ratio, area_range=(config.crop_area_min, 1.0),
-        random_flip=config.random_flip)
+        random_flip=config.random_flip, skip_counter=skip_counter)
 
 
 def class_names(config: TrainConfig) -> tuple[str, ...] | None:
@@ -209,6 +218,30 @@ def _check_architecture(saved: dict, config: TrainConfig, where: Path) -> None:
             f"{'; '.join(differing)}. Use another --model_dir, or --noresume to start afresh.")
 
 
+def _check_classes(saved: dict, num_classes: int, config: TrainConfig, where: Path) -> None:
+    if saved.get("num_classes", num_classes) != num_classes:
+        raise ValueError(
+            f"the checkpoint in {where} was trained on {saved['num_classes']} classes but "
+            f"--dataset={config.dataset} has {num_classes}. Use another --model_dir, or "
+            "--noresume to start afresh (the earlier run is moved to model_dir/previous/).")
+
+
+def _resume_point(config: TrainConfig, manager: CheckpointManager,
+                  num_classes: int) -> Path | None:
+    """The checkpoint to resume from (the newest healthy one), checked against the config."""
+    latest = manager.latest() if config.resume else None
+    if latest is None:
+        return None
+    newer = [p.name for p in manager.all() if position_of(p) > position_of(latest)]
+    if newer:
+        log.warning("not resuming from %s: written while the loss looked diverged; resuming "
+                    "from the last good checkpoint %s", ", ".join(newer), latest)
+    saved = CheckpointManager.read_state(latest)
+    _check_architecture(saved["config"], config, latest)
+    _check_classes(saved, num_classes, config, latest)
+    return latest
+
+
 def evaluate(model: keras.Model, dataset, steps: int | None, verbose: int = 0) -> dict:
     """Top-1 and top-5 of `model` on `dataset`."""
     results = model.evaluate(dataset, steps=steps, verbose=verbose, return_dict=True)
@@ -216,9 +249,68 @@ def evaluate(model: keras.Model, dataset, steps: int | None, verbose: int = 0) -
             "loss": float(results["loss"])}
 
 
+@contextlib.contextmanager
+def _reporting_data_errors(skip_counter):
+    """Re-raises a dataset's NoReadableImagesError as itself, not wrapped by TensorFlow."""
+    try:
+        yield
+    except Exception:
+        if skip_counter is not None and skip_counter.error is not None:
+            raise skip_counter.error from None
+        raise
+
+
+def _build_metrics(model: keras.Model, config: TrainConfig, resolution: int,
+                   num_classes: int) -> None:
+    # Keras creates the compiled metrics' variables at the first training step; a resumed
+    # partial epoch puts their running sums back before it, so create them now (on one
+    # inference-mode example: no random draws, so the restored generator states stay as saved).
+    x = keras.ops.zeros((1, resolution, resolution, 3), "uint8")
+    y = (keras.ops.zeros((1, num_classes)) if use_one_hot(config)
+         else keras.ops.zeros((1,), "int32"))
+    model.compute_metrics(x, y, model(x, training=False))
+
+
+@contextlib.contextmanager
+def _fit_does_not_finalize(optimizer):
+    # Keras' fit ends by swapping the EMA weights into the model (finalize_variable_values): the
+    # partial first epoch of a resumed run is not the end of training.
+    optimizer.finalize_variable_values = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        del optimizer.finalize_variable_values
+
+
+def _train_callbacks(config: TrainConfig, runtime, manager: CheckpointManager, state: dict,
+                     *, steps: int, num_classes: int, watch, average) -> tuple[list, Checkpointer]:
+    """The loss guards (NaN, divergence) and the checkpointer, which runs after them so that a
+    bad step is never saved as good."""
+    start = dict(initial_epoch=state.get("epoch", 0), initial_batch=state.get("batch", 0))
+    health = (DivergenceGuard(num_classes, config.divergence_factor, config.divergence_steps,
+                              steps, checkpoints=manager, **start)
+              if config.divergence_factor > 0 else None)
+    # Other workers keep the weight average and history but write nothing.
+    checkpointer = Checkpointer(
+        manager if runtime.is_chief else None, average,
+        {"config": config.to_dict(), "num_classes": num_classes}, steps,
+        history=state.get("history", []), every_steps=config.checkpoint_steps,
+        every_minutes=config.checkpoint_minutes, watch=watch, health=health,
+        metrics=state.get("metrics"), **start)
+    guard = NonFiniteLossGuard(steps, steps_per_execution=config.plan.steps_per_execution,
+                               checkpoints=manager, **start)
+    return [guard, *([health] if health else [])], checkpointer
+
+
 def train(config: TrainConfig, num_classes: int, train_examples: int,
-          extra_callbacks: list | None = None, runtime=None) -> dict:
+          extra_callbacks: list | None = None, runtime=None, skip_counter=None) -> dict:
     """Trains at the training resolution with checkpoints and resume; returns a summary.
+
+    Resumes from the newest healthy checkpoint in model_dir (unless `--noresume`), also from
+    the middle of an epoch, at exactly the uninterrupted run's state: weights, optimizer,
+    random-generator states (dropout, stochastic depth), the data position (the runtime rebuilds
+    the seeded pipeline and skips the batches already trained on) and the epoch's running
+    metrics. A SIGTERM or SIGINT checkpoints the current step and raises `Preempted`.
 
     `extra_callbacks` run after the checkpoint is written at each epoch's end. `runtime`
     (default: one device) places the model and runs the steps; only its chief process writes
@@ -230,10 +322,8 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     updates = plan.updates_per_epoch(train_examples, config.steps_per_epoch)
     steps = plan.host_steps_per_epoch(updates)
     manager = CheckpointManager(Path(config.model_dir) / "checkpoints", config.keep_checkpoints)
-    latest = manager.latest() if config.resume else None
+    latest = _resume_point(config, manager, num_classes)
     state = {}
-    if latest is not None:
-        _check_architecture(CheckpointManager.read_state(latest)["config"], config, latest)
     keras.utils.set_random_seed(config.seed)
     with runtime.scope():
         model = build_model(config, train_res, num_classes)
@@ -245,32 +335,42 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
         if latest is not None:
             model.optimizer.build(model.trainable_variables)
             state = CheckpointManager.restore(latest, model, model.optimizer)
-            log.info("resumed from %s (epoch %d)", latest, state["epoch"])
-    initial_epoch = state.get("epoch", 0)
+            log.info("resumed from %s (epoch %d, batch %d)", latest, state["epoch"],
+                     state["batch"])
+            if state.get("metrics") is not None:
+                _build_metrics(model, config, train_res, num_classes)
+    epoch, batch = state.get("epoch", 0), state.get("batch", 0)
     average = (WeightAverage(config.weight_average_decay, state.get("average"))
                if config.weight_average_decay > 0 else None)
     throughput = Throughput(plan.examples_per_step, plan.steps_per_execution)
-    # Other workers keep the weight average and history but write nothing.
-    checkpointer = EpochCheckpoint(manager if runtime.is_chief else None, average,
-                                   {"config": config.to_dict()}, steps)
-    checkpointer.history = list(state.get("history", []))
-    callbacks = [throughput,
-                 NonFiniteLossGuard(steps, initial_epoch, plan.steps_per_execution, manager),
-                 checkpointer]
-    if runtime.is_chief:
-        callbacks.append(keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
-                                                     update_freq="epoch"))
-    callbacks += extra_callbacks or []
-    if initial_epoch < config.epochs:
+    with preemption.watching() as watch:
+        guards, checkpointer = _train_callbacks(
+            config, runtime, manager, state, steps=steps, num_classes=num_classes, watch=watch,
+            average=average)
+        callbacks = [throughput, *guards, checkpointer]
+        if runtime.is_chief:
+            callbacks.append(keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
+                                                         update_freq="epoch"))
+        callbacks += extra_callbacks or []
+
         # The runtime skips the batches already seen (the pipeline is seeded, so a resumed run
         # sees exactly what the uninterrupted one would) and shards the input where it has to.
         def make_dataset(input_context):
             return build_datasets(config, train_res, training=True, split=config.train_split,
                                   repeat=True, num_classes=num_classes,
-                                  input_context=input_context)
+                                  input_context=input_context, skip_counter=skip_counter)
 
-        runtime.fit(model, make_dataset, epochs=config.epochs, initial_epoch=initial_epoch,
-                    steps_per_epoch=steps, callbacks=callbacks, verbose=config.verbose)
+        fit = dict(callbacks=callbacks, verbose=config.verbose)
+        with watch.deferred(), _reporting_data_errors(skip_counter):
+            if batch and epoch < config.epochs:  # the rest of an interrupted epoch first
+                with _fit_does_not_finalize(model.optimizer), starting_at_step(
+                        epoch * steps + batch):
+                    runtime.fit(model, make_dataset, epochs=epoch + 1, initial_epoch=epoch,
+                                steps_per_epoch=steps - batch, **fit)
+                epoch += 1
+            if epoch < config.epochs:
+                runtime.fit(model, make_dataset, epochs=config.epochs, initial_epoch=epoch,
+                            steps_per_epoch=steps, **fit)
     return {"model": model, "average": average, "history": checkpointer.history,
             "images_per_second": throughput.images_per_second,
             "resolution": train_res, "steps_per_epoch": steps,
@@ -278,7 +378,8 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
 
 
 def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = True) -> str:
-    """Loads --init_checkpoint, else model_dir's latest checkpoint (averaged weights first)."""
+    """Loads --init_checkpoint, else model_dir's latest good checkpoint (averaged weights
+    first)."""
     source = config.init_checkpoint or ""
     if not source:
         latest = CheckpointManager(Path(config.model_dir) / "checkpoints").latest()
@@ -289,8 +390,9 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
         source = str(latest)
     path = Path(source)
     if path.is_dir():
-        saved = CheckpointManager.read_state(path)["config"]
-        _check_architecture(saved, config, path)
+        saved = CheckpointManager.read_state(path)
+        _check_architecture(saved["config"], config, path)
+        _check_classes(saved, model.output_shape[-1], config, path)
         state = CheckpointManager.restore(path, model)
         if averaged and state.get("average") is not None:
             model.set_weights(WeightAverage(0.0, state["average"]).weights_like(model))
@@ -299,7 +401,12 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
     if not path.is_file():
         raise ValueError(f"--init_checkpoint={source!r} is neither a checkpoint folder nor a "
                          f"{WEIGHTS!r}-style weights file")
-    model.load_weights(path)
+    try:
+        model.load_weights(path)
+    except ValueError as error:  # Keras prints the tensors: keep its first line
+        raise ValueError(f"--init_checkpoint={source!r} does not fit --model={config.model} "
+                         f"with {model.output_shape[-1]} classes: "
+                         f"{str(error).strip().splitlines()[0]}") from None
     return str(path)
 
 
@@ -340,11 +447,13 @@ def _runtime_plan(runtime, plan):
 
 
 def finetune(config: TrainConfig, model_weights: list, num_classes: int,
-             train_examples: int, runtime=None) -> tuple[keras.Model, dict]:
+             train_examples: int, runtime=None, skip_counter=None) -> tuple[keras.Model, dict]:
     """Graphcore's fine-tune (their README, section 5; `--variable-filter Top`): only the head
     block trains, at the test resolution, on training images with evaluation preprocessing and
     the run's Mixup/CutMix, from `model_weights` (the weight average), at the fine-tune batch
-    (`finetune_config`) and rate (`finetune_schedule`), under `runtime`."""
+    (`finetune_config`) and rate (`finetune_schedule`), under `runtime`.
+
+    It writes no checkpoints (a few head-only epochs): a run stopped here redoes it."""
     runtime = _runtime_or_one_device(config, runtime)
     tuned = finetune_config(config)
     plan = tuned.plan
@@ -366,21 +475,40 @@ def finetune(config: TrainConfig, model_weights: list, num_classes: int,
         def make_dataset(input_context):
             return build_datasets(tuned, test_res, training=True, augment=False, mix=True,
                                   split=config.train_split, repeat=True,
-                                  num_classes=num_classes, input_context=input_context)
+                                  num_classes=num_classes, input_context=input_context,
+                                  skip_counter=skip_counter)
 
-        history = runtime.fit(model, make_dataset, epochs=config.finetune_epochs,
-                              steps_per_epoch=steps,
-                              callbacks=[throughput, NonFiniteLossGuard(
-                                  steps, steps_per_execution=plan.steps_per_execution)],
-                              verbose=config.verbose)
+        guards = [NonFiniteLossGuard(steps, steps_per_execution=plan.steps_per_execution)]
+        if config.divergence_factor > 0:
+            guards.append(DivergenceGuard(num_classes, config.divergence_factor,
+                                          config.divergence_steps, steps))
+        with _reporting_data_errors(skip_counter):
+            history = runtime.fit(model, make_dataset, epochs=config.finetune_epochs,
+                                  steps_per_epoch=steps, callbacks=[throughput, *guards],
+                                  verbose=config.verbose)
     return model, {"history": history.history, "images_per_second":
                    throughput.images_per_second, "resolution": test_res,
                    "global_batch_size": plan.global_batch_size}
 
 
+def _json_safe(value):
+    """`value` with NaN and infinities as null and NumPy scalars as Python numbers (strict
+    JSON: Python's json writes NaN, which other readers reject)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _write_results(config: TrainConfig, results: dict) -> Path:
-    return write_atomically(Path(config.model_dir) / "results.json",
-                            json.dumps(results, indent=2, sort_keys=True, default=float))
+    return write_atomically(Path(config.model_dir) / run_dir.results_name(config.mode),
+                            json.dumps(_json_safe(results), indent=2, sort_keys=True,
+                                       allow_nan=False))
 
 
 def _summary_table(rows: list[tuple[str, str]]) -> str:
@@ -388,8 +516,42 @@ def _summary_table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
+def _rate(value) -> str:
+    return f"{value:.1f} img/s" if value is not None and math.isfinite(value) else (
+        "no steps run (already trained)")
+
+
+def _summary(config: TrainConfig, results: dict, path: Path) -> str:
+    train_res, test_res = results.get("train_resolution"), results["test_resolution"]
+    rows = [("mode", config.mode), ("model", config.model), ("dataset", config.dataset),
+            ("global batch", str(config.global_batch_size))]
+    if "epochs" in results:
+        rows.append(("trained", f"{config.epochs} epochs at {train_res}px, "
+                                f"{_rate(results['images_per_second'])}"))
+    if config.mode.endswith("finetune"):
+        rows.append(("before fine-tune", f"top-1 {results['top1_before_finetune']:.4f} at "
+                                         f"{test_res}px"))
+        if config.finetune_epochs > 0:
+            rows.append(("fine-tuned", f"{config.finetune_epochs} epochs, head only, "
+                                       f"at {test_res}px, batch "
+                                       f"{config.finetune_global_batch_size}"))
+    rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}")]
+    if results.get("skipped_images"):
+        rows.append(("skipped images", f"{results['skipped_images']} unreadable"))
+    rows += [("wall time", f"{results['wall_seconds']:.0f} s"), ("results", str(path))]
+    rows += [(label, results[key]) for label, key in (("model file", "model_file"),
+                                                      ("SavedModel", "export_dir"))
+             if key in results]
+    return "\n" + _summary_table(rows)
+
+
 def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
-    """Runs `config.mode` and writes `<model_dir>/results.json`; returns the results.
+    """Runs `config.mode` and writes its results file in model_dir; returns the results.
+
+    `results.json` for train and train_and_finetune; `results-evaluate.json` and
+    `results-finetune.json` for the modes that reuse an earlier run's weights. The run owns
+    model_dir while it runs (`run_dir.owned`: checked, locked, fresh-run rule) and turns SIGTERM
+    and SIGINT into a checkpoint at the current step (`preemption.Preempted`).
 
     `runtime` places training and fine-tuning (default: one device; see
     `keras_efficientnet.distribute.run`, which builds it from the config). Evaluation runs on
@@ -397,6 +559,14 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
     """
     started = time.perf_counter()
     runtime = _runtime_or_one_device(config, runtime)
+    with run_dir.owned(config, chief=runtime.is_chief), preemption.watching():
+        return _run_mode(config, runtime, started)
+
+
+def _run_mode(config: TrainConfig, runtime, started: float) -> dict:
+    from keras_efficientnet.datasets import SkipCounter
+
+    skipped = SkipCounter()
     train_examples, eval_examples, num_classes = dataset_facts(config)
     train_res, test_res = resolutions(config)
     # Counting the batches keeps Keras from warning that a finite dataset "ran out of data".
@@ -408,11 +578,13 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
     with precision_policy(config.precision):
         model, weights_from = None, ""
         if config.mode in ("train", "train_and_finetune"):
-            trained = train(config, num_classes, train_examples, runtime=runtime)
+            trained = train(config, num_classes, train_examples, runtime=runtime,
+                            skip_counter=skipped)
             model = trained["model"]
             results.update(epochs=config.epochs, train_resolution=train_res,
                            images_per_second=trained["images_per_second"],
-                           history=trained["history"], checkpoint=str(trained["checkpoint"]))
+                           history=trained["history"],
+                           checkpoint=str(trained["checkpoint"]) if trained["checkpoint"] else None)
             if trained["average"] is not None and trained["average"].values is not None:
                 model.set_weights(trained["average"].weights_like(model))
                 weights_from = "weight average"
@@ -422,7 +594,7 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
             weights_from = load_weights_for(config, model)
         eval_data = lambda res: build_datasets(
             config, res, training=False, split=config.eval_split, repeat=False,
-            num_classes=num_classes)
+            num_classes=num_classes, skip_counter=skipped)
         evaluation_model = model  # evaluate/finetune modes built it at the test resolution
         # A model built under a strategy is evaluated through a one-device copy (Keras'
         # evaluate is not made for multi-worker strategies; every process gets the same result).
@@ -431,20 +603,22 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
             evaluation_model.set_weights(model.get_weights())
         compile_model(evaluation_model, "sgd", config, num_classes)
         final_model = evaluation_model
-        before = evaluate(evaluation_model, eval_data(test_res), eval_steps)
+        with _reporting_data_errors(skipped):
+            before = evaluate(evaluation_model, eval_data(test_res), eval_steps)
         results.update(test_resolution=test_res, weights=weights_from,
                        **{f"{k}_before_finetune" if config.mode.endswith("finetune") else k: v
                           for k, v in before.items()})
         if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
             tuned, info = finetune(config, model.get_weights(), num_classes, train_examples,
-                                   runtime=runtime)
+                                   runtime=runtime, skip_counter=skipped)
             if not runtime.evaluates_in_place:
                 copy = build_model(config, test_res, num_classes)
                 copy.set_weights(tuned.get_weights())
                 compile_model(copy, "sgd", config, num_classes)
                 tuned = copy
             final_model = tuned
-            after = evaluate(tuned, eval_data(test_res), eval_steps)
+            with _reporting_data_errors(skipped):
+                after = evaluate(tuned, eval_data(test_res), eval_steps)
             results.update(finetune_epochs=config.finetune_epochs,
                            finetune_global_batch_size=info["global_batch_size"],
                            finetune_images_per_second=info["images_per_second"], **after)
@@ -454,29 +628,13 @@ def train_and_evaluate(config: TrainConfig, runtime=None) -> dict:
             results.update(before)
         if runtime.is_chief:
             results.update(save_outputs(config, final_model))
+    results["skipped_images"] = skipped.count
     results["wall_seconds"] = time.perf_counter() - started
     if not runtime.is_chief:
         print(f"top-1 {results['top1']:.4f}; the chief process writes the results", flush=True)
         return results
     path = _write_results(config, results)
-    rows = [("mode", config.mode), ("model", config.model), ("dataset", config.dataset),
-            ("global batch", str(config.global_batch_size))]
-    if "epochs" in results:
-        rows.append(("trained", f"{config.epochs} epochs at {train_res}px, "
-                                f"{results['images_per_second']:.1f} img/s"))
-    if config.mode.endswith("finetune"):
-        rows.append(("before fine-tune", f"top-1 {results['top1_before_finetune']:.4f} at "
-                                         f"{test_res}px"))
-        if config.finetune_epochs > 0:
-            rows.append(("fine-tuned", f"{config.finetune_epochs} epochs, head only, "
-                                       f"at {test_res}px, batch "
-                                       f"{config.finetune_global_batch_size}"))
-    rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}"),
-             ("wall time", f"{results['wall_seconds']:.0f} s"), ("results", str(path))]
-    rows += [(label, results[key]) for label, key in (("model file", "model_file"),
-                                                      ("SavedModel", "export_dir"))
-             if key in results]
-    print("\n" + _summary_table(rows), flush=True)
+    print(_summary(config, results, path), flush=True)
     return results
 
 

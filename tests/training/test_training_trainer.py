@@ -1,4 +1,4 @@
-"""Trainer: config validation, atomic checkpoints, resume equals uninterrupted, fine-tune, CLI."""
+"""Trainer: config validation, atomic checkpoints, fine-tune, CLI (resume: tests/reliability)."""
 
 import json
 import math
@@ -142,38 +142,6 @@ def test_non_finite_loss_names_the_step_and_the_intact_checkpoint(tmp_path):
         guard.on_train_batch_end(3, {"loss": float("nan")})
 
 
-class _Crash(Exception):
-    pass
-
-
-class _CrashAfterEpoch(keras.callbacks.Callback):
-    def __init__(self, epoch):
-        super().__init__()
-        self.epoch = epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch + 1 == self.epoch:
-            raise _Crash(f"simulated crash after epoch {self.epoch}")
-
-
-def test_resume_continues_the_uninterrupted_loss_curve(tmp_path):
-    full = trainer.train(_config(tmp_path / "a", epochs=2), num_classes=10,
-                         train_examples=10_000)
-    # The same command, killed after its first epoch's checkpoint, then run again.
-    with pytest.raises(_Crash):
-        trainer.train(_config(tmp_path / "b", epochs=2), num_classes=10, train_examples=10_000,
-                      extra_callbacks=[_CrashAfterEpoch(1)])
-    resumed = trainer.train(_config(tmp_path / "b", epochs=2), num_classes=10,
-                            train_examples=10_000)
-    losses_full = [h["loss"] for h in full["history"]]
-    losses_resumed = [h["loss"] for h in resumed["history"]]
-    assert len(losses_full) == len(losses_resumed) == 2
-    np.testing.assert_allclose(losses_resumed, losses_full, rtol=1e-4)
-    np.testing.assert_allclose(
-        [w for w in resumed["model"].get_weights()][0], full["model"].get_weights()[0],
-        rtol=1e-4, atol=1e-6)
-
-
 def test_resume_with_another_architecture_is_refused_naming_the_fields(tmp_path):
     # A checkpoint as an earlier run of the lnpn model left it (the weights do not matter:
     # the configs are compared before any model is built).
@@ -210,7 +178,11 @@ def test_cli_writes_results_json(tmp_path):
          "--replicas=2", "--micro_batch_size=8"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    results = json.loads((tmp_path / "results.json").read_text())
+
+    def strict(constant):  # what other JSON readers accept: no NaN or Infinity
+        raise ValueError(f"results.json holds {constant}")
+
+    results = json.loads((tmp_path / "results.json").read_text(), parse_constant=strict)
     for key, kind in [("top1", float), ("top5", float), ("top1_before_finetune", float),
                       ("images_per_second", float), ("epochs", int),
                       ("global_batch_size", int), ("config", dict)]:
@@ -218,6 +190,7 @@ def test_cli_writes_results_json(tmp_path):
     assert 0.0 <= results["top1"] <= results["top5"] <= 1.0
     assert results["global_batch_size"] == 16 and results["epochs"] == 1
     assert results["config"]["optimizer"] == "lars"
+    assert results["skipped_images"] == 0 and results["checkpoint"].startswith(str(tmp_path))
     assert math.isfinite(results["images_per_second"])
     assert "top-1" in result.stdout and (tmp_path / "finetuned.weights.h5").is_file()
     assert results["model_file"] == str(tmp_path / "model.keras")  # the chief wrote it

@@ -1,0 +1,40 @@
+"""What the command line says when a run cannot go on: one line and an exit status, no traceback.
+
+Exit status: 0 done; 1 the run failed on its way (a NaN or diverged loss, a disk that refused a
+checkpoint); 2 bad input (flags, paths, data sources, a model_dir in use); 128 + N stopped by
+signal N (143 SIGTERM, 130 SIGINT) after checkpointing the current step: the same command
+resumes from there. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+BAD_INPUT = 2
+RUN_FAILED = 1
+# Shown of a longer message (Keras puts whole tensors into some of its errors).
+MAX_LINES = 3
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()] or [
+        type(error).__name__]
+    if len(lines) > MAX_LINES:
+        return f"{lines[0]} [{len(lines) - 1} more lines left out]"
+    return " ".join(line.strip() for line in lines)
+
+
+def describe(error: BaseException) -> tuple[str, int] | None:
+    """(the line to print, the exit status) for an error a user can act on, else None."""
+    from keras_efficientnet.training.preemption import Preempted
+
+    if isinstance(error, Preempted):
+        return error.describe(), error.exit_code
+    # By name, so that describing never imports TensorFlow or Keras.
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if names & {"NonFiniteLossError", "DivergenceError", "CheckpointWriteError"}:
+        return f"error: {_one_line(error)}", RUN_FAILED
+    if isinstance(error, (ValueError, ImportError, ConnectionError, FileNotFoundError,
+                          NotADirectoryError, PermissionError)):
+        return f"error: {_one_line(error)}", BAD_INPUT
+    if isinstance(error, OSError):  # e.g. the disk filled while writing results
+        return f"error: {_one_line(error)}", RUN_FAILED
+    return None

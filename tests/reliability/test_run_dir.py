@@ -1,0 +1,224 @@
+"""One run per model_dir (lock, stale take-over), the fresh-run rule, writability, leftovers of
+interrupted saves, and the flag errors that answer before TensorFlow loads."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from keras_efficientnet.training import TrainConfig, run_dir
+from keras_efficientnet.training.run_dir import RunDirError, RunLock
+from tests.reliability.clitools import REPO, assert_one_line, env, run_cli
+
+# Holds the lock of the model_dir given as argv[1] until killed. It passes for the CLI entry
+# point, so that `import keras_efficientnet` skips Keras (starts in ~0.1 s instead of ~8 s).
+HOLD_LOCK = """
+import sys, time
+sys.orig_argv = [sys.executable, "-m", "keras_efficientnet.train"]
+from keras_efficientnet.training.run_dir import RunLock
+RunLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _config(model_dir, **changes):
+    return TrainConfig(**{"model_dir": str(model_dir), "model": "efficientnet-tiny-g16-lnpn",
+                          **changes})
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """A live process holding tmp_path/run's lock."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    process = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(model_dir)], cwd=REPO,
+                               env=env(), stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "held"
+    yield model_dir, process
+    process.kill()
+    process.wait(timeout=60)
+
+
+def test_a_second_run_fails_at_once_naming_the_holder(holder):
+    model_dir, process = holder
+    result = run_cli("--flagfile=flags/smoke.flags", f"--model_dir={model_dir}", timeout=120)
+    line = assert_one_line(result, 2, r"is in use by another run",
+                           rf"pid {process.pid} on {socket.gethostname()}")
+    assert "-m keras_efficientnet.train" in line  # the holder's command line
+    # Refused before any work: nothing but the lock in the directory, and the TensorFlow
+    # start-up line never printed.
+    assert sorted(p.name for p in model_dir.iterdir()) == ["run.lock"]
+    assert "cpu_feature_guard" not in result.stderr
+
+
+def test_a_lock_whose_owner_died_is_taken_over_with_its_record(holder):
+    model_dir, process = holder
+    with pytest.raises(RunDirError, match=f"pid {process.pid}"):
+        RunLock(model_dir).acquire()
+    process.send_signal(signal.SIGKILL)  # dies without releasing: the kernel drops its flock
+    process.wait(timeout=60)
+    lock = RunLock(model_dir)
+    previous = lock.acquire()
+    try:
+        assert previous["pid"] == process.pid and previous["host"] == socket.gethostname()
+        record = json.loads((model_dir / "run.lock").read_text())
+        assert record["pid"] == os.getpid()
+    finally:
+        lock.release()
+    assert not (model_dir / "run.lock").exists()
+
+
+def test_without_flock_a_dead_pid_on_this_host_is_stale_and_others_are_not(tmp_path,
+                                                                            monkeypatch):
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        cases = [({"host": socket.gethostname(), "pid": dead.pid}, None),
+                 ({"host": socket.gethostname(), "pid": live.pid}, f"pid {live.pid}"),
+                 ({"host": "elsewhere", "pid": live.pid}, "delete .*run.lock")]
+        for record, refusal in cases:
+            (tmp_path / "run.lock").write_text(json.dumps(record))
+            lock = RunLock(tmp_path)
+            if refusal:
+                with pytest.raises(RunDirError, match=refusal):
+                    lock.acquire()
+            else:
+                assert lock.acquire()["pid"] == dead.pid
+                lock.release()
+    finally:
+        live.kill()
+        live.wait(timeout=60)
+
+
+def _earlier_run(model_dir: Path) -> dict[str, str]:
+    """The files an earlier run leaves, plus a user's note; returns {relative path: content}."""
+    files = {"checkpoints/epoch-0006/state.json": '{"epoch": 6}',
+             "checkpoints/LATEST": "epoch-0006",
+             "logs/train/events.out": "events",
+             "results.json": '{"top1": 0.9}',
+             "results-evaluate.json": '{"top1": 0.8}',
+             "finetuned.weights.h5": "weights",
+             "notes.txt": "mine"}
+    for name, text in files.items():
+        (model_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (model_dir / name).write_text(text)
+    return files
+
+
+@pytest.mark.parametrize("mode,resume,moved", [
+    ("train", False, True), ("train_and_finetune", False, True), ("train", True, False),
+    ("finetune", False, False), ("evaluate", False, False)])
+def test_a_fresh_run_moves_the_earlier_run_aside_and_deletes_nothing(tmp_path, mode, resume,
+                                                                     moved):
+    files = _earlier_run(tmp_path)
+    with run_dir.owned(_config(tmp_path, mode=mode, resume=resume)) as info:
+        if mode != "evaluate":
+            assert (tmp_path / "run.lock").is_file()
+    assert not (tmp_path / "run.lock").exists()
+    assert (info.moved_to is not None) == moved
+    for name, text in files.items():
+        if moved and name != "notes.txt":  # a user's file is not the run's: it stays
+            assert (info.moved_to / name).read_text() == text
+            assert not (tmp_path / name).exists()
+        else:
+            assert (tmp_path / name).read_text() == text
+    if moved:
+        assert info.moved_to.parent == tmp_path / "previous"
+        assert any(f"moved the earlier run's files to {info.moved_to}" in note
+                   for note in info.notes())
+
+
+def test_leftovers_of_interrupted_saves_are_removed_at_start(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    for name in (".tmp-epoch-0003-ab12/model.weights.h5", ".trash-xy/epoch-0002/state.json",
+                 "epoch-0002/state.json"):
+        (checkpoints / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkpoints / name).write_text("{}")
+    (checkpoints / ".LATEST.k3j4").write_text("epoch-0003")
+    with run_dir.owned(_config(tmp_path)) as info:
+        assert info.cleaned == 3
+    assert sorted(os.listdir(checkpoints)) == ["epoch-0002"]
+
+
+def test_the_same_process_owns_a_directory_once(tmp_path):
+    config = _config(tmp_path, resume=False)
+    _earlier_run(tmp_path)
+    with run_dir.owned(config) as outer:
+        with run_dir.owned(config) as inner:  # the trainer's call inside the CLI's
+            assert inner is outer
+        assert (tmp_path / "run.lock").is_file()  # still held by the outer context
+    assert not (tmp_path / "run.lock").exists()
+
+
+def _unwritable(tmp_path) -> Path:
+    if os.geteuid() == 0:  # root writes through permission bits: use a kernel filesystem
+        return Path("/sys/kernel/keras-efficientnet-run")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder / "run"
+
+
+@pytest.mark.parametrize("case", ["file", "under_file", "unwritable", "model", "micro_batch",
+                                  "missing_folder"])
+def test_bad_input_answers_in_one_line_before_tensorflow_loads(tmp_path, case):
+    (tmp_path / "a_file").write_text("x")
+    args, pattern = {
+        "file": ([f"--model_dir={tmp_path / 'a_file'}"], "is a file, not a directory"),
+        "under_file": ([f"--model_dir={tmp_path / 'a_file' / 'run'}"], "lies under .*a_file"),
+        "unwritable": ([f"--model_dir={_unwritable(tmp_path)}", "--mode=evaluate"],
+                       "is not writable"),
+        "model": (["--model=efficientnet-b0-g16-lpn", f"--model_dir={tmp_path}"],
+                  "did you mean efficientnet-b0-g16-lnpn"),
+        "micro_batch": (["--micro_batch_size=0", f"--model_dir={tmp_path}"],
+                        "--micro_batch_size must be >= 1, received 0"),
+        "missing_folder": (["--dataset=folder:/no/such/photos", f"--model_dir={tmp_path}"],
+                           "image folder '/no/such/photos' does not exist"),
+    }[case]
+    started = time.monotonic()
+    result = run_cli("--flagfile=flags/smoke.flags", *args, python_options=["-X", "importtime"],
+                     timeout=120)
+    elapsed = time.monotonic() - started
+    assert_one_line(result, 2, pattern)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "keras_efficientnet.training.config" in imported  # the flags were checked ...
+    assert not imported & {"tensorflow", "keras", "jax"}, "... without loading a framework"
+    print(f"{case}: {elapsed:.2f} s to the error")
+
+
+@pytest.mark.parametrize("argv,cli", [
+    (["python", "-m", "keras_efficientnet.train", "--flagfile=f"], True),
+    (["python", "-X", "importtime", "-u", "-m", "keras_efficientnet.train"], True),
+    (["/venv/bin/python", "/venv/bin/keras-efficientnet-train", "--epochs=1"], True),
+    (["keras-efficientnet-train"], True),
+    (["python", "-m", "pytest", "-m", "keras_efficientnet.train"], False),
+    (["python", "-c", "import keras_efficientnet", "-m", "keras_efficientnet.train"], False),
+    (["python", "train_my_model.py", "-m", "keras_efficientnet.train"], False),
+    (["python"], False),
+])
+def test_only_the_command_line_entry_points_skip_the_eager_import(argv, cli):
+    import keras
+
+    import keras_efficientnet
+
+    assert keras_efficientnet.started_as_cli(argv) is cli
+    # This process (pytest) is not one: the package registered its layers on import.
+    assert not keras_efficientnet.started_as_cli()
+    assert keras.saving.get_registered_object("keras_efficientnet>GroupConv2D") is not None
