@@ -86,6 +86,11 @@ def _panels(path: Path, groups: dict, title: str, label, xlabel: str, machine: d
         ax.set_title(f"{name}   (ratios to {reference})", fontsize=9, loc="left")
         ax.set_xlabel(xlabel, fontsize=8)
     fig.suptitle(title, fontsize=11)
+    return _save(plt, fig, path, machine)
+
+
+def _save(plt, fig, path: Path, machine: dict) -> Path:
+    """Writes `fig` beside the rows as <path>.png, with the machine line at the bottom."""
     fig.text(0.01, 0.005, machine_line(machine), fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     out = path.with_suffix(".png")
@@ -199,12 +204,7 @@ def onednn_chart(path: Path, rows: list[dict]) -> Path:
         ax.set_title(f"B0 models at {models[0]['resolution']}px, batch {models[0]['batch']}",
                      fontsize=9, loc="left")
     fig.suptitle("GroupConv2D and B0 with oneDNN off and on (TensorFlow CPU)", fontsize=11)
-    fig.text(0.01, 0.005, machine_line(rows[0]["machine"]), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    out = path.with_suffix(".png")
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, rows[0]["machine"])
 
 
 def pareto_chart(path: Path, rows: list[dict]) -> Path:
@@ -245,12 +245,7 @@ def pareto_chart(path: Path, rows: list[dict]) -> Path:
                  f"(test resolution {rows[0].get('test_resolution')}px)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    fig.text(0.01, 0.005, machine_line(rows[0]["machine"]), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    out = path.with_suffix(".png")
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, rows[0]["machine"])
 
 
 def microbatch_chart(path: Path, rows: list[dict]) -> Path:
@@ -274,12 +269,7 @@ def microbatch_chart(path: Path, rows: list[dict]) -> Path:
                  f"({rows[0].get('epochs')} epochs, {rows[0].get('resolution')}px)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    fig.text(0.01, 0.005, machine_line(rows[0]["machine"]), fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    out = path.with_suffix(".png")
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, rows[0]["machine"])
 
 
 def render(path: str | os.PathLike) -> Path | None:
