@@ -62,10 +62,15 @@ def _run(config) -> None:
         # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
         logging.getLogger("tensorflow").setLevel(logging.WARNING)
         print(config.plan.describe(), flush=True)  # the plan and its global batch, first
-        import keras_efficientnet
-        from keras_efficientnet.distribute import run
+        from keras_efficientnet.training import preemption
 
-        keras_efficientnet.import_all()  # what `import keras_efficientnet` does elsewhere
+        # TensorFlow's threads, started by its import, must leave SIGTERM and SIGINT to this
+        # one for the multi-worker start-up's watchdog to see them (distribute.watchdog).
+        with preemption.held(config.strategy == "multiworker"):
+            import keras_efficientnet
+            from keras_efficientnet.distribute import run
+
+            keras_efficientnet.import_all()  # what `import keras_efficientnet` does elsewhere
         run(config)
 
 

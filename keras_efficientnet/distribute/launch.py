@@ -21,22 +21,30 @@ RUNTIMES = {
 }
 
 
-def runtime_for(plan: ExecutionPlan | TrainConfig) -> Runtime:
-    """The (not yet started) runtime of a plan, or of a config's plan."""
+# strategy -> {runtime keyword: config field}: the config's settings a runtime takes.
+RUNTIME_OPTIONS = {"multiworker": {"timeout": "peer_timeout"}}
+
+
+def runtime_for(plan: ExecutionPlan | TrainConfig, **options) -> Runtime:
+    """The (not yet started) runtime of a plan, or of a config's plan with the config's
+    runtime settings (`RUNTIME_OPTIONS`, e.g. `--peer_timeout`); `options` go to the runtime."""
     if isinstance(plan, TrainConfig):
-        plan = plan.plan
+        config, plan = plan, plan.plan
+        options = {**{keyword: getattr(config, name) for keyword, name in
+                      RUNTIME_OPTIONS.get(plan.strategy, {}).items()}, **options}
     key = "pipelined" if plan.strategy == "default" and plan.pipelined else plan.strategy
     if key == "default":
         return OneDevice(plan)
     module, name = RUNTIMES[key]
     # Imported on use: each strategy's packages (horovod, the IPU SDK) load only when asked for.
-    return getattr(importlib.import_module(module), name)(plan)
+    return getattr(importlib.import_module(module), name)(plan, **options)
 
 
 def make_runtime(strategy: str = "default", **plan_fields) -> Runtime:
     """One call for notebooks: the plan of `strategy` and `plan_fields` (as the flags:
     replicas, pipeline_splits, micro_batch_size, gradient_accumulation, global_batch_size,
-    device_iterations, precision), checked, logged and started.
+    device_iterations, precision; and `peer_timeout` for multiworker), checked, logged and
+    started.
 
     Start it first thing (mirrored splits the CPU into logical devices when there is no GPU,
     which must precede TensorFlow's device initialisation).
@@ -46,9 +54,12 @@ def make_runtime(strategy: str = "default", **plan_fields) -> Runtime:
         >>> with rt.scope():
         ...     model = ke.EfficientNet("tiny", classes=4)
     """
+    options = {keyword: plan_fields.pop(name)
+               for keyword, name in RUNTIME_OPTIONS.get(strategy, {}).items()
+               if name in plan_fields}
     plan = plan_from_values({"strategy": strategy, **plan_fields})
     log.info("%s", plan.describe())
-    runtime = runtime_for(plan)
+    runtime = runtime_for(plan, **options)
     runtime.start()
     return runtime
 

@@ -89,6 +89,9 @@ class TrainConfig:
     replicas: int = _f(1, "Data-parallel replicas (global batch = micro x accum x replicas).")
     pipeline_splits: str = _f("", "Blocks that start pipeline stages 1, 2, ... (e.g. block4a), "
                                   "or auto:N for the planner's N stages; empty = no pipeline.")
+    peer_timeout: float = _f(60.0, "multiworker: seconds to wait for every peer in TF_CONFIG "
+                                   "to answer, then again for TensorFlow to join them; the "
+                                   "run fails naming the peer that did not.")
     device_iterations: int = _f(1, "Optimizer updates per host call (steps_per_execution is "
                                    "this x the micro-batch steps per update).")
     precision: str = _f("float32", "Compute precision (float16: weights too, Graphcore's "
@@ -231,6 +234,8 @@ def validate(config: TrainConfig) -> None:
     for name in ("label_smoothing", "ema_decay", "weight_average_decay", "cutmix_lambda"):
         if not 0.0 <= getattr(config, name) < 1.0:
             raise ValueError(f"--{name} must be in [0, 1), received {getattr(config, name)}")
+    if not config.peer_timeout > 0:  # also refuses NaN
+        raise ValueError(f"--peer_timeout must be > 0 seconds, received {config.peer_timeout}")
     if not config.model_dir:
         raise ValueError("--model_dir must not be empty")
     if not 0.0 < config.crop_area_min <= 1.0:

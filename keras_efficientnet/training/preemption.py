@@ -93,6 +93,26 @@ class SignalWatch:
             self._deferring -= 1
 
 
+@contextlib.contextmanager
+def held(active: bool = True) -> Iterator[None]:
+    """Blocks SIGTERM and SIGINT in this thread inside, so that the threads started inside
+    (TensorFlow's, at its import) inherit the block and leave these signals to this thread.
+
+    A C++ call that keeps the GIL and installs its own SIGTERM handler (TensorFlow's
+    multi-worker start) can then be guarded by `distribute.watchdog`, which sees a signal
+    pending process-wide only when no thread accepts it. A signal that arrives inside is
+    delivered when the block ends. `active=False` makes this a no-op.
+    """
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 _ACTIVE: SignalWatch | None = None
 
 

@@ -176,7 +176,7 @@ def _unwritable(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("case", ["file", "under_file", "unwritable", "model", "micro_batch",
-                                  "missing_folder"])
+                                  "missing_folder", "peer_timeout"])
 def test_bad_input_answers_in_one_line_before_tensorflow_loads(tmp_path, case):
     (tmp_path / "a_file").write_text("x")
     args, pattern = {
@@ -190,6 +190,9 @@ def test_bad_input_answers_in_one_line_before_tensorflow_loads(tmp_path, case):
                         "--micro_batch_size must be >= 1, received 0"),
         "missing_folder": (["--dataset=folder:/no/such/photos", f"--model_dir={tmp_path}"],
                            "image folder '/no/such/photos' does not exist"),
+        "peer_timeout": (["--strategy=multiworker", "--replicas=2", "--peer_timeout=-1",
+                          f"--model_dir={tmp_path}"],
+                         r"--peer_timeout must be > 0 seconds, received -1\.0"),
     }[case]
     started = time.monotonic()
     result = run_cli("--flagfile=flags/smoke.flags", *args, python_options=["-X", "importtime"],
