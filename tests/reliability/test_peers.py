@@ -232,10 +232,12 @@ def cli_cases(tmp_path_factory):
         _accepted(fake, 2, STARTUP_S)
         cases["term"]["signalled"] = time.monotonic()
         cases["term"]["process"].send_signal(signal.SIGTERM)
-        results = {name: _finish(case) for name, case in cases.items()}
+        results = {name: _finish(cases[name]) for name in ("term", "closed")}
     for name, case in cases.items():
-        print(f"{name}: exit after {case['seconds']:.1f} s")
-    print(f"term: exit {cases['term']['started'] + cases['term']['seconds'] - cases['term']['signalled']:.2f} s after SIGTERM")
+        print(f"{name}: collected {case['seconds']:.1f} s after its start")
+    term = cases["term"]
+    print(f"term: exit within {term['started'] + term['seconds'] - term['signalled']:.2f} s "
+          "of SIGTERM")
     return cases, results
 
 
