@@ -175,7 +175,8 @@ def test_pending_signals_are_read_from_proc():
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
     try:
         assert signal.SIGUSR1 not in watchdog.pending_signals(os.getpid())
-        os.kill(os.getpid(), signal.SIGUSR1)  # blocked in this thread: stays pending
+        # To this (main) thread, which blocks it: pending (other threads may not block it).
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
         assert signal.SIGUSR1 in watchdog.pending_signals(os.getpid())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # delivered to the no-op
