@@ -32,6 +32,10 @@ def describe(error: BaseException) -> tuple[str, int] | None:
     names = {cls.__name__ for cls in type(error).__mro__}
     if names & {"NonFiniteLossError", "DivergenceError", "CheckpointWriteError"}:
         return f"error: {_one_line(error)}", RUN_FAILED
+    if "UnavailableError" in names:  # TensorFlow's collectives after a peer stopped or died
+        return (f"error: a peer of this multi-worker run stopped answering "
+                f"({_one_line(error)}); start every worker again with the same command to "
+                "resume from the last checkpoint"), RUN_FAILED
     if isinstance(error, (ValueError, ImportError, ConnectionError, FileNotFoundError,
                           NotADirectoryError, PermissionError)):
         return f"error: {_one_line(error)}", BAD_INPUT

@@ -91,3 +91,19 @@ def test_more_logical_cpu_replicas_than_cores_warns():
         f"--replicas={cores} or fewer")
     assert cli.cpu_oversubscription(config.replace(replicas=cores)) is None
     assert cli.cpu_oversubscription(TrainConfig()) is None
+
+
+def test_a_peer_that_stops_answering_is_one_line_and_run_failed():
+    # TensorFlow's UnavailableError, recognised by name so that describing imports nothing.
+    from keras_efficientnet.cli import errors
+
+    unavailable = type("UnavailableError", (RuntimeError,), {})
+    line, status = errors.describe(unavailable(
+        "Collective ops is aborted by: failed to connect to all addresses\n"
+        "Additional GRPC error information:\n:{created_time: ...}\n[[node x]]\nmore"))
+    assert status == errors.RUN_FAILED == 1
+    assert line.count("\n") == 0
+    assert line.startswith("error: a peer of this multi-worker run stopped answering "
+                           "(Collective ops is aborted by: failed to connect")
+    assert "[4 more lines left out]" in line
+    assert errors.describe(RuntimeError("a bug")) is None
