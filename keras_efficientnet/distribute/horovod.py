@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_efficientnet.distribute import train_loop
+from keras_efficientnet.training import preemption
 from keras_efficientnet.training.plan import ExecutionPlan
 from keras_efficientnet.training.runtime import skip_seen
 
@@ -116,7 +117,17 @@ class HorovodRuntime:
                                        micro_batches=self.plan.micro_batches_per_step)
         # Same start everywhere: rank 0's weights and optimizer state (e.g. after resume).
         broadcast_variables([*model.variables, *model.optimizer.variables], self.hvd)
-        return train_loop.fit(model, step, data, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                              initial_epoch=initial_epoch,
-                              device_iterations=self.plan.device_iterations,
-                              callbacks=callbacks, verbose=verbose)
+        run = dict(epochs=epochs, steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
+                   device_iterations=self.plan.device_iterations, callbacks=callbacks,
+                   verbose=verbose)
+        watch = preemption.active()
+        if watch is None:
+            return train_loop.fit(model, step, data, **run)
+        # SIGTERM/SIGINT stop every rank at the same step (see train_loop.StopVote).
+        size, rank = self.hvd.size(), self.hvd.rank()
+        vote = train_loop.StopVote(
+            watch, lambda flag: self.hvd.allreduce(train_loop.one_hot_vote(rank, size, flag),
+                                                   op=self.hvd.Sum, name="stop_vote"),
+            [f"rank {r}" for r in range(size)])
+        with watch.coordinated():
+            return train_loop.fit(model, step, data, stop_vote=vote, **run)

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_efficientnet.distribute import train_loop, watchdog
+from keras_efficientnet.training import preemption
 from keras_efficientnet.training.plan import ExecutionPlan
 from keras_efficientnet.training.runtime import skip_seen
 
@@ -254,7 +255,20 @@ class MultiWorkerRuntime:
         step = train_loop.make_train_step(
             model, model.optimizer, model.loss, global_batch_size=self.plan.global_batch_size,
             strategy=self.strategy, micro_batches=self.plan.micro_batches_per_step)
-        return train_loop.fit(model, step, data, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                              initial_epoch=initial_epoch,
-                              device_iterations=self.plan.device_iterations,
-                              callbacks=callbacks, verbose=verbose)
+        watch = preemption.active()
+        run = dict(epochs=epochs, steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
+                   device_iterations=self.plan.device_iterations, callbacks=callbacks,
+                   verbose=verbose)
+        if watch is None:
+            return train_loop.fit(model, step, data, **run)
+        # SIGTERM/SIGINT stop every worker at the same step (see train_loop.StopVote).
+        vote = train_loop.strategy_stop_vote(self.strategy, watch, self.replica_names())
+        with watch.coordinated():
+            return train_loop.fit(model, step, data, stop_vote=vote, **run)
+
+    def replica_names(self) -> list[str]:
+        """The task of each replica index: "worker 1 (host:port)", chief first, as
+        MultiWorkerMirroredStrategy numbers its replicas (task order x local devices)."""
+        tasks = cluster_tasks(self._tf_config or read_tf_config(self.environ))
+        local = self.strategy.num_replicas_in_sync // len(tasks)
+        return [f"{job} {i} ({address})" for job, i, address in tasks for _ in range(local)]

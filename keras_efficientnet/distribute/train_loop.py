@@ -139,16 +139,73 @@ def check_same_start(initial_epoch: int, sum_over_replicas, replicas: int) -> No
             "filesystem they share (or --noresume on all)")
 
 
+class StopVote:
+    """The processes of a run agree, at each host call, whether a signal stops them all there.
+
+    Each replica contributes its process's signal number (0: none) at its own index of a
+    vector (`one_hot_vote`), one all-reduce (a sum) inside the same `tf.function` as the steps
+    adds them up, so every process sees the same vector after the same step and all stop there
+    together (the chief writes the checkpoint). A process alone cannot stop: its peers would
+    wait in the next step's all-reduce until TensorFlow declares it dead. The signal read for
+    a host call is the one received before it began; one received during it is voted at the
+    next.
+
+    Args:
+        watch: the process's `preemption.SignalWatch` (`requested` is read, `agree` set).
+        sum_votes: traced fn(flag) -> the sum over replicas of each one's `one_hot_vote`.
+        names: one name per replica index, for the stop line ("worker 1 (host:port)").
+    """
+
+    def __init__(self, watch, sum_votes, names):
+        self.watch = watch
+        self.sum_votes = sum_votes
+        self.names = list(names)
+
+    def local_flag(self) -> tf.Tensor:
+        return tf.constant(float(self.watch.requested or 0), tf.float32)
+
+    def decide(self, votes) -> bool:
+        """Records the agreed stop in the watch; True when the processes stop here."""
+        votes = np.rint(np.asarray(votes)).astype(int)
+        voters = [i for i, v in enumerate(votes) if v]
+        if not voters:
+            return False
+        names = list(dict.fromkeys(self.names[i] for i in voters))  # replicas of one process
+        self.watch.agree(votes[voters[0]], ", ".join(names))
+        return True
+
+
+def one_hot_vote(index, count: int, flag):
+    """A replica's vote: `flag` (its process's signal number, or 0) at `index` of `count`."""
+    return tf.one_hot(index, count, dtype=tf.float32) * flag
+
+
+def strategy_stop_vote(strategy, watch, names) -> StopVote:
+    """A `StopVote` over `strategy`'s replicas (one all-reduce of a vector of replicas)."""
+    count = strategy.num_replicas_in_sync
+
+    def vote(flag):
+        index = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return one_hot_vote(index, count, flag)
+
+    def sum_votes(flag):
+        per_replica = strategy.run(vote, args=(flag,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return StopVote(watch, sum_votes, names)
+
+
 def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
         initial_epoch: int = 0, device_iterations: int = 1, distribute=None, callbacks=(),
-        verbose: int = 1) -> keras.callbacks.History:
+        verbose: int = 1, stop_vote: StopVote | None = None) -> keras.callbacks.History:
     """The project's training loop: `step(x, y) -> loss` over `data`, with Keras callbacks.
 
     What `model.fit` does, for steps it cannot run: epochs of `steps_per_epoch` steps from one
     iterator over `data` (each element cut by `distribute(x, y)` when given), `device_iterations`
     steps per host call, and the callbacks' hooks in Keras' order with `logs["loss"]` the
     epoch's running mean loss. `model.stop_training` stops it. Returns the History callback, as
-    `fit` does.
+    `fit` does. With `stop_vote` each host call also votes on a stop (see `StopVote`), in the
+    same `tf.function` as its steps; the checkpoint callback then stops on the agreed signal.
     """
     if not isinstance(device_iterations, int) or device_iterations < 1:
         raise ValueError(f"device_iterations must be a positive int, received "
@@ -162,6 +219,18 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
     def several(group):
         return tf.stack([step(x, y) for x, y in group])
 
+    @tf.function(jit_compile=False)
+    def several_and_vote(group, flag):
+        losses = tf.stack([step(x, y) for x, y in group])
+        return losses, stop_vote.sum_votes(flag)
+
+    def host_call(group):
+        if stop_vote is None:
+            return several(group)
+        losses, votes = several_and_vote(group, stop_vote.local_flag())
+        stop_vote.decide(votes)
+        return losses
+
     iterator = iter(data)
     model.stop_training = False
     callbacks.on_train_begin()
@@ -173,7 +242,7 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
             count = min(device_iterations, steps_per_epoch - done)
             callbacks.on_train_batch_begin(done)
             group = [distribute(*next(iterator)) for _ in range(count)]
-            total += float(tf.reduce_sum(several(group)))
+            total += float(tf.reduce_sum(host_call(group)))
             done += count
             logs = {"loss": total / done}
             callbacks.on_train_batch_end(done - 1, dict(logs))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import time
+from pathlib import Path
 
 import keras
 import numpy as np
 
-from keras_efficientnet.training.checkpoint import CheckpointManager
+from keras_efficientnet.training.checkpoint import CheckpointManager, checkpoint_name, read_value
 from keras_efficientnet.training.preemption import Preempted
 
 log = logging.getLogger("keras_efficientnet")
@@ -224,7 +225,9 @@ class Checkpointer(_StepCallback):
         history: the per-epoch logs of the epochs before `initial_epoch`.
         every_steps: also save every this many global steps; 0 = epoch ends only.
         every_minutes: also save when this many minutes passed since the last save; 0 = off.
-        watch: a `preemption.SignalWatch`; its `requested` signal stops the run at a step end.
+        watch: a `preemption.SignalWatch`; its `stop_signal()` stops the run at a step end.
+        directory: where the chief writes, named in the stop line of a process without
+            `manager` (all processes stop at the same step; only the chief writes).
         health: a `DivergenceGuard`; saves while it is `suspect` are marked unhealthy.
         metrics: metric values to put back at the start of the resumed partial epoch.
     """
@@ -233,9 +236,10 @@ class Checkpointer(_StepCallback):
                  state: dict, steps_per_epoch: int, *, initial_epoch: int = 0,
                  initial_batch: int = 0, history=(), every_steps: int = 0,
                  every_minutes: float = 0.0, watch=None, health: DivergenceGuard | None = None,
-                 metrics: list | None = None):
+                 metrics: list | None = None, directory=None):
         super().__init__(steps_per_epoch, initial_epoch, initial_batch)
         self.manager = manager
+        self.directory = directory
         self.average = average
         self.state = state
         self.history: list[dict] = list(history)
@@ -265,6 +269,12 @@ class Checkpointer(_StepCallback):
     def _save(self, epoch: int, batch: int, *, metrics: bool) -> str | None:
         self._last_save = time.monotonic()
         if self.manager is None:
+            if metrics:
+                # Under a multi-worker strategy a metric's value is a sum over every replica:
+                # reading it is an all-reduce the chief's save waits in, so the others take
+                # part (and stop only after it), else the chief waits for peers gone.
+                for variable in self.model.metrics_variables:
+                    read_value(variable)
             return None
         global_step = epoch * self.steps_per_epoch + batch
         state = {**self.state, "global_step": global_step, "history": self.history}
@@ -274,26 +284,30 @@ class Checkpointer(_StepCallback):
             healthy=not (self.health is not None and self.health.suspect),
             metrics=list(self.model.metrics_variables) if metrics else None))
 
-    def _stop_if_asked(self, path: str | None, step: int) -> None:
-        signum = self.watch.requested if self.watch is not None else None
-        if signum is not None:
-            raise Preempted(signum, path, step)
+    def _stop_if_asked(self, path: str | None, step: int, epoch: int, batch: int) -> None:
+        signum = self.watch.stop_signal() if self.watch is not None else None
+        if signum is None:
+            return
+        writer = None
+        if path is None and self.directory is not None:
+            path, writer = str(Path(self.directory) / checkpoint_name(epoch, batch)), "the chief"
+        raise Preempted(signum, path, step, by=self.watch.stopped_by(), writer=writer)
 
     def on_train_batch_end(self, batch, logs=None):
         done = self.batches_done(batch)
         if done >= self.steps_per_epoch:
             return  # the epoch's end saves (and stops when asked) next
         step = self.global_step(batch)
-        asked = self.watch is not None and self.watch.requested is not None
+        asked = self.watch is not None and self.watch.stop_signal() is not None
         due = (self.every_steps and step % self.every_steps == 0) or (
             self.every_seconds and time.monotonic() - self._last_save >= self.every_seconds)
         if asked or due:
             path = self._save(self.epoch, done, metrics=True)
-            self._stop_if_asked(path, step)
+            self._stop_if_asked(path, step, self.epoch, done)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.average is not None:
             self.average.update(self.model)
         self.history.append({k: float(v) for k, v in (logs or {}).items()})
         path = self._save(epoch + 1, 0, metrics=False)
-        self._stop_if_asked(path, (epoch + 1) * self.steps_per_epoch)
+        self._stop_if_asked(path, (epoch + 1) * self.steps_per_epoch, epoch + 1, 0)

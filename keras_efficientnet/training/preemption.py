@@ -6,6 +6,10 @@ runs, the first signal only sets `SignalWatch.requested`: the loop's checkpoint 
 the end of the current step and raises `Preempted` naming the checkpoint. Outside a training loop
 (loading data, building the model, evaluating) there is no step to save and the signal raises
 `Preempted` at once. A second signal always raises at once.
+
+Several processes (multi-worker, horovod) must stop at the same step, or the others wait in the
+next all-reduce for the one that left: there the loop votes with its peers at every host call
+(`SignalWatch.coordinated`, `agree`) and the checkpoint callback stops on the agreed signal.
 """
 
 from __future__ import annotations
@@ -25,12 +29,18 @@ class Preempted(Exception):
         signum: the signal.
         checkpoint: the checkpoint written at the step where it stopped, or None.
         step: the global step of that checkpoint.
+        by: the peers that received the signal, when this process did not (a multi-process run
+            stops everywhere at the step the peers agreed on); None when this one received it.
+        writer: who wrote `checkpoint` when not this process (e.g. "the chief").
     """
 
-    def __init__(self, signum: int, checkpoint=None, step: int | None = None):
+    def __init__(self, signum: int, checkpoint=None, step: int | None = None, *,
+                 by: str | None = None, writer: str | None = None):
         self.signum = signum
         self.checkpoint = checkpoint
         self.step = step
+        self.by = by
+        self.writer = writer
         super().__init__(self.describe())
 
     @property
@@ -43,9 +53,13 @@ class Preempted(Exception):
         return 128 + int(self.signum)
 
     def describe(self) -> str:
+        source = self.signal_name if self.by is None else f"{self.signal_name} to {self.by}"
         if self.checkpoint is not None:
-            return (f"stopped by {self.signal_name} after step {self.step}: checkpoint written "
-                    f"to {self.checkpoint}; run the same command to resume from that step")
+            written = (f"checkpoint written to {self.checkpoint}" if self.writer is None else
+                       f"{self.writer} writes the checkpoint to {self.checkpoint}")
+            where = "" if self.writer is None and self.by is None else " on every worker"
+            return (f"stopped by {source} after step {self.step}: {written}; run the same "
+                    f"command{where} to resume from that step")
         return (f"stopped by {self.signal_name} outside a training step: nothing new to save "
                 "(earlier checkpoints are intact); run the same command to resume")
 
@@ -64,8 +78,42 @@ class SignalWatch:
     def __init__(self, signals=SIGNALS):
         self.signals = tuple(signals)
         self.requested: int | None = None
+        # (signal, the peers that received it) once the processes of a run agreed to stop.
+        self.agreed: tuple[int, str] | None = None
         self._deferring = 0
+        self._coordinating = 0
         self._previous: dict = {}
+
+    def stop_signal(self) -> int | None:
+        """The signal to stop at this step boundary: this process's own, or inside
+        `coordinated()` the one all processes agreed on (None: go on)."""
+        if self._coordinating:
+            return self.agreed[0] if self.agreed is not None else None
+        return self.requested
+
+    def stopped_by(self) -> str | None:
+        """The peers that received the agreed signal when this process did not, else None."""
+        if not self._coordinating or self.agreed is None or self.requested is not None:
+            return None
+        return self.agreed[1]
+
+    def agree(self, signum: int, by: str) -> None:
+        """Records the vote of all processes: stop on `signum`, which `by` received."""
+        self.agreed = (int(signum), by)
+
+    @contextlib.contextmanager
+    def coordinated(self) -> Iterator[SignalWatch]:
+        """A loop whose processes vote at each host call: the step boundary stops on `agreed`,
+        not on this process's own signal, so that all stop at the same step. A signal this
+        process received too late for the last vote raises at the end (no step left to save:
+        the last epoch's checkpoint is written)."""
+        self._coordinating += 1
+        try:
+            yield self
+        finally:
+            self._coordinating -= 1
+        if self.requested is not None and self.agreed is None:
+            raise Preempted(self.requested)
 
     def _handle(self, signum, frame):
         if self.requested is not None or not self._deferring:
@@ -91,6 +139,11 @@ class SignalWatch:
             yield self
         finally:
             self._deferring -= 1
+
+
+def active() -> SignalWatch | None:
+    """The SignalWatch installed by `watching()`, if any."""
+    return _ACTIVE
 
 
 @contextlib.contextmanager

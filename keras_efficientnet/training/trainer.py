@@ -296,7 +296,7 @@ def _train_callbacks(config: TrainConfig, runtime, manager: CheckpointManager, s
         {"config": config.to_dict(), "num_classes": num_classes}, steps,
         history=state.get("history", []), every_steps=config.checkpoint_steps,
         every_minutes=config.checkpoint_minutes, watch=watch, health=health,
-        metrics=state.get("metrics"), **start)
+        metrics=state.get("metrics"), directory=manager.directory, **start)
     guard = NonFiniteLossGuard(steps, steps_per_execution=config.plan.steps_per_execution,
                                checkpoints=manager, **start)
     return [guard, *([health] if health else [])], checkpointer
