@@ -110,7 +110,8 @@ class HorovodRuntime:
 
     def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
             callbacks=(), verbose=1):
-        train_loop.check_same_start(initial_epoch, self._sum_over_replicas, self.hvd.size())
+        train_loop.check_same_start(initial_epoch, self._sum_over_replicas, self.hvd.size(),
+                                    steps_per_epoch)
         data = skip_seen(make_dataset(self.input_context()), initial_epoch=initial_epoch,
                          steps_per_epoch=steps_per_epoch)
         step = make_horovod_train_step(model, model.optimizer, model.loss, hvd=self.hvd,

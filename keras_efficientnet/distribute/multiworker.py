@@ -243,7 +243,7 @@ class MultiWorkerRuntime:
     def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
             callbacks=(), verbose=1):
         train_loop.check_same_start(initial_epoch, self._sum_over_replicas,
-                                    self.strategy.num_replicas_in_sync)
+                                    self.strategy.num_replicas_in_sync, steps_per_epoch)
 
         def shard(input_context):
             # Each local replica takes one batch of this worker's pipeline per step.

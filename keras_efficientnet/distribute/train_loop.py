@@ -11,6 +11,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_efficientnet.training.preemption import Preempted
+
 
 def per_example_loss(loss):
     """`loss` as a function returning one value per example (a Keras Loss loses its reduction)."""
@@ -123,20 +125,29 @@ def make_train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, l
     return tf.function(step, jit_compile=False)
 
 
-def check_same_start(initial_epoch: int, sum_over_replicas, replicas: int) -> None:
-    """Raises unless every replica resumes from `initial_epoch`.
+def check_same_start(initial_epoch: int, sum_over_replicas, replicas: int,
+                     steps_per_epoch: int = 0) -> None:
+    """Raises unless every replica resumes from `initial_epoch` with the same
+    `steps_per_epoch` left (a mid-epoch resume runs the epoch's remaining steps first).
 
     `sum_over_replicas(array)` all-reduces a float64 array (each replica contributes its
     own). All values are equal exactly when n * sum(e^2) == sum(e)^2, and every process sees the
     same sums, so all raise together instead of some waiting forever in a collective.
     """
-    total, squares = sum_over_replicas(np.array([initial_epoch, initial_epoch ** 2], "float64"))
+    values = np.array([initial_epoch, initial_epoch ** 2, steps_per_epoch,
+                       steps_per_epoch ** 2], "float64")
+    total, squares, steps, steps_squares = sum_over_replicas(values)
+    fix = ("every worker must read the chief's checkpoints, so give all of them the same "
+           "--model_dir on a filesystem they share (or --noresume on all)")
     if not np.isclose(replicas * squares, total * total):
         raise ValueError(
             f"the workers resume from different epochs (this one from epoch {initial_epoch}, "
-            f"the mean over the {replicas} replicas is {total / replicas:g}): every worker must "
-            "read the chief's checkpoints, so give all of them the same --model_dir on a "
-            "filesystem they share (or --noresume on all)")
+            f"the mean over the {replicas} replicas is {total / replicas:g}): {fix}")
+    if not np.isclose(replicas * steps_squares, steps * steps):
+        raise ValueError(
+            f"the workers resume from different steps of epoch {initial_epoch} (this one has "
+            f"{steps_per_epoch} steps left, the mean over the {replicas} replicas is "
+            f"{steps / replicas:g}): {fix}")
 
 
 class StopVote:
@@ -231,6 +242,11 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
         stop_vote.decide(votes)
         return losses
 
+    def stop_if_agreed():
+        # When no callback checkpointed and stopped (no Checkpointer), stop here all the same.
+        if stop_vote is not None and stop_vote.watch.agreed is not None:
+            raise Preempted(stop_vote.watch.agreed[0], by=stop_vote.watch.stopped_by())
+
     iterator = iter(data)
     model.stop_training = False
     callbacks.on_train_begin()
@@ -246,7 +262,10 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
             done += count
             logs = {"loss": total / done}
             callbacks.on_train_batch_end(done - 1, dict(logs))
+            if done < steps_per_epoch:  # the epoch's end is the checkpoint callback's next
+                stop_if_agreed()
         callbacks.on_epoch_end(epoch, dict(logs))
+        stop_if_agreed()
         if model.stop_training:
             break
     callbacks.on_train_end(dict(logs))

@@ -291,7 +291,8 @@ class Checkpointer(_StepCallback):
         writer = None
         if path is None and self.directory is not None:
             path, writer = str(Path(self.directory) / checkpoint_name(epoch, batch)), "the chief"
-        raise Preempted(signum, path, step, by=self.watch.stopped_by(), writer=writer)
+        raise Preempted(signum, path, step, by=self.watch.stopped_by(), writer=writer,
+                        everywhere=self.watch.coordinating)
 
     def on_train_batch_end(self, batch, logs=None):
         done = self.batches_done(batch)

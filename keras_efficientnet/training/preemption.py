@@ -32,15 +32,17 @@ class Preempted(Exception):
         by: the peers that received the signal, when this process did not (a multi-process run
             stops everywhere at the step the peers agreed on); None when this one received it.
         writer: who wrote `checkpoint` when not this process (e.g. "the chief").
+        everywhere: the run has several processes, all stopped at `step`.
     """
 
     def __init__(self, signum: int, checkpoint=None, step: int | None = None, *,
-                 by: str | None = None, writer: str | None = None):
+                 by: str | None = None, writer: str | None = None, everywhere: bool = False):
         self.signum = signum
         self.checkpoint = checkpoint
         self.step = step
         self.by = by
         self.writer = writer
+        self.everywhere = everywhere or by is not None or writer is not None
         super().__init__(self.describe())
 
     @property
@@ -57,7 +59,7 @@ class Preempted(Exception):
         if self.checkpoint is not None:
             written = (f"checkpoint written to {self.checkpoint}" if self.writer is None else
                        f"{self.writer} writes the checkpoint to {self.checkpoint}")
-            where = "" if self.writer is None and self.by is None else " on every worker"
+            where = " on every worker" if self.everywhere else ""
             return (f"stopped by {source} after step {self.step}: {written}; run the same "
                     f"command{where} to resume from that step")
         return (f"stopped by {self.signal_name} outside a training step: nothing new to save "
@@ -90,6 +92,11 @@ class SignalWatch:
         if self._coordinating:
             return self.agreed[0] if self.agreed is not None else None
         return self.requested
+
+    @property
+    def coordinating(self) -> bool:
+        """Inside `coordinated()`: the processes of a run stop together."""
+        return self._coordinating > 0
 
     def stopped_by(self) -> str | None:
         """The peers that received the agreed signal when this process did not, else None."""

@@ -180,15 +180,20 @@ def test_loop_groups_device_iterations_and_equals_single_steps():
         train_loop.fit(grouped, step, batches, epochs=1, steps_per_epoch=1, device_iterations=0)
 
 
-def test_workers_resuming_from_different_epochs_fail_together():
-    def sums(*epochs):
-        return lambda values: sum(np.array([e, e * e], "float64") for e in epochs)
+def test_workers_resuming_from_different_epochs_or_steps_fail_together():
+    def sums(*positions):  # each replica's (epoch, steps left), summed as the all-reduce would
+        return lambda values: sum(np.array([e, e * e, s, s * s], "float64")
+                                  for e, s in positions)
 
-    train_loop.check_same_start(3, sums(3, 3), 2)
+    train_loop.check_same_start(3, sums((3, 8), (3, 8)), 2, 8)
     with pytest.raises(ValueError, match=r"from epoch 3, the mean over the 2 replicas is 1\.5"):
-        train_loop.check_same_start(3, sums(3, 0), 2)
+        train_loop.check_same_start(3, sums((3, 8), (0, 8)), 2, 8)
     with pytest.raises(ValueError, match="same --model_dir on a filesystem they share"):
-        train_loop.check_same_start(0, sums(3, 0), 2)
+        train_loop.check_same_start(0, sums((3, 8), (0, 8)), 2, 8)
+    # Same epoch, different mid-epoch checkpoints: 8 and 4 steps left.
+    with pytest.raises(ValueError, match=r"different steps of epoch 3 \(this one has 4 steps "
+                                         r"left, the mean over the 2 replicas is 6\)"):
+        train_loop.check_same_start(3, sums((3, 8), (3, 4)), 2, 4)
 
 
 def test_loss_scaling_gives_the_plain_update():

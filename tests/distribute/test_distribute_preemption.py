@@ -104,7 +104,7 @@ def test_sigterm_stops_both_workers_at_one_checkpointed_step_and_both_resume(
                                 f"checkpoint to {saved}; run the same command on every worker")
     else:
         assert chief.startswith(f"stopped by SIGTERM after step {step}: checkpoint written to "
-                                f"{saved}; run the same command"), chief
+                                f"{saved}; run the same command on every worker"), chief
 
     results = _wait(_start(model_dir, "resume", tmp_path), tmp_path, "resume")
     for code, err in results:

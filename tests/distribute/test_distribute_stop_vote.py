@@ -20,7 +20,8 @@ LOSS = keras.losses.CategoricalCrossentropy()
 NAMES = ["worker 0 (a:1)", "worker 1 (b:2)"]
 
 
-def _run(tmp_path, *, chief: bool, signals: dict, device_iterations: int = 2):
+def _run(tmp_path, *, chief: bool, signals: dict, device_iterations: int = 2,
+         checkpoints: bool = True):
     """6 steps per epoch, 2 epochs, in host calls of `device_iterations`. `signals` maps a
     step index (0-based, global) to (who, signum): the signal arrives while that step runs,
     to this process ("me") or to the peer ("peer")."""
@@ -58,9 +59,10 @@ def _run(tmp_path, *, chief: bool, signals: dict, device_iterations: int = 2):
     manager = CheckpointManager(tmp_path / "checkpoints")
     checkpointer = Checkpointer(manager if chief else None, None, {}, steps_per_epoch=6,
                                 watch=watch, directory=manager.directory)
+    callbacks = [Signals(), checkpointer] if checkpoints else [Signals()]
     with pytest.raises(Preempted) as stopped, watch.deferred(), watch.coordinated():
         train_loop.fit(model, step, data(), epochs=2, steps_per_epoch=6,
-                       device_iterations=device_iterations, callbacks=[Signals(), checkpointer],
+                       device_iterations=device_iterations, callbacks=callbacks,
                        verbose=0, stop_vote=vote)
     return stopped.value, len(steps_run), manager
 
@@ -93,6 +95,16 @@ def test_signals_to_both_in_one_host_call_stop_at_the_same_boundary(tmp_path):
                            device_iterations=3)
     # The call of steps 3-5 sees neither; the call of steps 6-8 carries both votes.
     assert (run, stopped.step, stopped.signum, stopped.by) == (9, 9, signal.SIGTERM, None)
+    assert stopped.describe().startswith("stopped by SIGTERM after step 9: checkpoint written to ")
+    assert stopped.describe().endswith("run the same command on every worker to resume from "
+                                       "that step")
+
+
+def test_without_a_checkpoint_callback_the_loop_stops_at_the_agreed_step(tmp_path):
+    stopped, run, manager = _run(tmp_path, chief=True, signals={0: ("peer", signal.SIGTERM)},
+                                 checkpoints=False)
+    assert (run, stopped.checkpoint, stopped.by) == (4, None, "worker 1 (b:2)")
+    assert manager.all() == []
 
 
 def test_a_signal_too_late_for_the_last_vote_stops_after_the_loop():
