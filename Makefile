@@ -84,6 +84,7 @@ benchmark-pipeline: install
 
 benchmark-distribute: install
 	$(PY) -m benchmarks.bench_distribute
+	$(PY) -m benchmarks.bench_stop_vote
 
 benchmark: benchmark-layers benchmark-pipeline benchmark-distribute
 
