@@ -10,7 +10,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_efficientnet.training.checkpoint import CheckpointManager, checkpoint_name, read_value
+from keras_efficientnet.training.checkpoint import CheckpointManager, checkpoint_name
 from keras_efficientnet.training.preemption import Preempted
 
 log = logging.getLogger("keras_efficientnet")
@@ -269,13 +269,13 @@ class Checkpointer(_StepCallback):
     def _save(self, epoch: int, batch: int, *, metrics: bool) -> str | None:
         self._last_save = time.monotonic()
         if self.manager is None:
-            if metrics:
-                # Under a multi-worker strategy a metric's value is a sum over every replica:
-                # reading it is an all-reduce the chief's save waits in, so the others take
-                # part (and stop only after it), else the chief waits for peers gone.
-                for variable in self.model.metrics_variables:
-                    read_value(variable)
             return None
+        if self.watch is not None and self.watch.coordinating:
+            # Several processes: a metric's value is then a sum over every replica, and reading
+            # it an all-reduce that the other workers would have to join at this very step
+            # (not so for --checkpoint_minutes, timed per process). The project's loop keeps
+            # the epoch's loss on the host anyway, so these sums are not saved.
+            metrics = False
         global_step = epoch * self.steps_per_epoch + batch
         state = {**self.state, "global_step": global_step, "history": self.history}
         return str(self.manager.save(

@@ -73,9 +73,8 @@ def _suppressed(fn, *args) -> None:
         pass
 
 
-def read_value(variable) -> np.ndarray:
-    """A variable's value as NumPy; a distributed one's as the strategy reduces it (a
-    multi-worker metric's sum over replicas: an all-reduce every worker must join)."""
+def _numpy(variable) -> np.ndarray:
+    # `numpy()` reads distributed variables too (a mirrored metric's sum over replicas).
     if hasattr(variable, "numpy"):
         return np.asarray(variable.numpy())
     import keras
@@ -183,14 +182,14 @@ class CheckpointManager:
         try:
             model.save_weights(tmp / WEIGHTS)
             if optimizer is not None and optimizer.built:
-                _save_arrays(tmp / OPTIMIZER, [read_value(v) for v in optimizer.variables])
+                _save_arrays(tmp / OPTIMIZER, [_numpy(v) for v in optimizer.variables])
             if average is not None:
                 _save_arrays(tmp / AVERAGE, average)
             rng = rng_variables(model)
             if rng:
-                _save_arrays(tmp / RNG, [read_value(v) for v in rng])
+                _save_arrays(tmp / RNG, [_numpy(v) for v in rng])
             if metrics:
-                _save_arrays(tmp / METRICS, [read_value(v) for v in metrics])
+                _save_arrays(tmp / METRICS, [_numpy(v) for v in metrics])
             with open(tmp / STATE, "w") as f:
                 json.dump({"epoch": epoch, "batch": batch, "healthy": healthy, **(state or {})},
                           f, indent=2, sort_keys=True)

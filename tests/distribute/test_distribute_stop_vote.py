@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_efficientnet.distribute import train_loop
 from keras_efficientnet.training.callbacks import Checkpointer
-from keras_efficientnet.training.checkpoint import CheckpointManager, position_of
+from keras_efficientnet.training.checkpoint import METRICS, CheckpointManager, position_of
 from keras_efficientnet.training.preemption import Preempted, SignalWatch
 
 pytestmark = pytest.mark.tf_only
@@ -75,6 +75,8 @@ def test_a_signal_to_the_peer_stops_this_worker_one_host_call_later_with_a_check
     assert (stopped.step, stopped.exit_code, stopped.by) == (10, 143, "worker 1 (b:2)")
     assert position_of(stopped.checkpoint) == (1, 4)
     assert [position_of(p) for p in manager.all()] == [(1, 0), (1, 4)]
+    # No metric sums mid-epoch: under several workers, reading them is an all-reduce.
+    assert not (manager.all()[-1] / METRICS).exists()
     assert stopped.describe() == (
         f"stopped by SIGTERM to worker 1 (b:2) after step 10: checkpoint written to "
         f"{stopped.checkpoint}; run the same command on every worker to resume from that step")
