@@ -15,7 +15,7 @@ from benchmarks.common import read_rows
 
 MODEL_BENCHMARKS = ("train", "inference")
 LAYER_BENCHMARKS = ("layer_fwd_bwd", "norm_fwd_bwd")
-DISTRIBUTE_BENCHMARKS = ("input_sharding", "data_parallel", "pipeline")
+DISTRIBUTE_BENCHMARKS = ("input_sharding", "data_parallel", "pipeline", "stop_vote")
 ONEDNN_BENCHMARKS = ("conv_fwd_bwd", "train_onednn", "inference_onednn")
 COLORS = {"tensorflow": "#ff8f00", "jax": "#3f51b5", "torch": "#e53935"}
 
