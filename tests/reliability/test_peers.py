@@ -38,6 +38,15 @@ def _listener() -> socket.socket:
     return socket.create_server(("127.0.0.1", 0), backlog=16)
 
 
+def _refusing() -> socket.socket:
+    """A port that refuses connections (bound, never listening) and that no other process can
+    take while the test holds it: a port from `free_ports` may be bound by another test's
+    process meanwhile (the multi-process tests run beside these)."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    return held
+
+
 def _address(server: socket.socket) -> str:
     return f"127.0.0.1:{server.getsockname()[1]}"
 
@@ -53,8 +62,8 @@ def test_peers_that_listen_pass_at_once():
 
 
 def test_a_closed_port_fails_after_the_timeout_naming_the_peer_and_its_index():
-    closed, = free_ports(1)
-    with _listener() as up:
+    with _listener() as up, _refusing() as held:
+        closed = held.getsockname()[1]
         up_address = _address(up)
         config = _tf_config([up_address, "127.0.0.1:1", f"127.0.0.1:{closed}"], index=1)
         started = time.monotonic()
@@ -221,8 +230,9 @@ def cli_cases(tmp_path_factory):
     """Two runs at once: a closed peer port (the probe's error) and a peer that accepts TCP
     but is no TensorFlow server, stopped by SIGTERM while TensorFlow's constructor waits."""
     tmp = tmp_path_factory.mktemp("peers")
-    closed, own_a, own_b = free_ports(3)
-    with _listener() as fake:
+    own_a, own_b = free_ports(2)
+    with _listener() as fake, _refusing() as held:
+        closed = held.getsockname()[1]
         cases = {
             "closed": _start_cli(tmp, "closed", _tf_config(
                 [f"127.0.0.1:{own_a}", f"127.0.0.1:{closed}"]), peer_timeout=3),
@@ -270,8 +280,9 @@ def test_sigterm_while_tensorflow_waits_for_a_peer_stops_at_once(cli_cases):
 
 @pytest.mark.slow  # ~25 s on 2 cores: three runs with TensorFlow's start-up each
 def test_slow_cli_waits_all_end_promptly(tmp_path):
-    ports = free_ports(4)
-    with _listener() as fake:
+    ports = free_ports(3)
+    with _listener() as fake, _refusing() as held:
+        ports.append(held.getsockname()[1])
         cases = {
             # A peer that accepts TCP but never joins: TensorFlow's wait times out.
             "stuck": _start_cli(tmp_path, "stuck", _tf_config(
