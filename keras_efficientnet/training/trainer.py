@@ -427,10 +427,9 @@ def finetune_schedule(config: TrainConfig, steps_per_epoch: int) -> opt_lib.Warm
     `steps_per_epoch` counts optimizer steps (`plan.optimizer_steps_per_epoch`)."""
     peak = (config.finetune_learning_rate or
             config.finetune_learning_rate_per_sample * config.finetune_global_batch_size)
-    total = max(1, config.finetune_epochs * steps_per_epoch)
-    warmup = int(round(config.finetune_warmup_epochs * steps_per_epoch))
-    return opt_lib.WarmupSchedule(peak, warmup, "cosine", total_steps=total,
-                                  end_learning_rate=0.0, decay_from_start=True)
+    shape = config.replace(lr_schedule="cosine", warmup_epochs=config.finetune_warmup_epochs,
+                           end_learning_rate_ratio=0.0)
+    return lr_schedule(shape, steps_per_epoch, config.finetune_epochs, peak)
 
 
 @contextlib.contextmanager
