@@ -16,14 +16,13 @@ import argparse
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import machine, make_row, write_results
+from benchmarks.common import free_ports, machine, make_row, write_results
 
 WORKERS = 2
 TIMEOUT_S = 900
@@ -84,16 +83,6 @@ def worker(args) -> None:
                      steps_timed=len(seconds[variant]))
             for variant in median]
     Path(args.out).write_text(json.dumps(rows))
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def main(argv=None) -> None:

@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,18 @@ ROW_SCHEMA = {
 
 class NonFiniteLossError(RuntimeError):
     """A benchmarked step produced a NaN or infinite loss: its timing means nothing."""
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` TCP ports on 127.0.0.1 that were free a moment ago (for local TF_CONFIG clusters;
+    another process may still take one before it is bound again)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
 
 
 def check_finite(value, where: str) -> float:

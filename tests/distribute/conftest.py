@@ -4,26 +4,35 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from benchmarks.common import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600  # a bound that a loaded 2-core machine still meets
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
+def wait_all(procs, tag: str, timeout: float = TIMEOUT_S) -> list[int]:
+    """Waits for every process of `procs` under one deadline and returns their exit codes; a
+    process still running then is killed and reaped, and the test fails naming `tag`."""
+    deadline = time.monotonic() + timeout
+    try:
+        for proc in procs:
+            proc.wait(max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{tag}: the workers did not end in {timeout} s")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return [proc.returncode for proc in procs]
 
 class Processes:
     """The subprocess runs both test modules need, started in parallel (2 cores: ~half time)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.distribute.conftest import free_ports
+from tests.distribute.conftest import free_ports, wait_all
 from tests.reliability.clitools import (
     REPO,
     TINY,
@@ -50,18 +50,8 @@ def _start(model_dir: Path, tag: str, tmp: Path) -> list[subprocess.Popen]:
 
 
 def _wait(procs, tmp: Path, tag: str, timeout: float = TIMEOUT_S) -> list[tuple[int, str]]:
-    deadline = time.monotonic() + timeout
-    try:
-        for proc in procs:
-            proc.wait(max(deadline - time.monotonic(), 1))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{tag}: the workers did not end in {timeout} s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return [(proc.returncode, (tmp / f"{tag}{i}.err").read_text()) for i, proc in enumerate(procs)]
+    codes = wait_all(procs, tag, timeout)
+    return [(code, (tmp / f"{tag}{i}.err").read_text()) for i, code in enumerate(codes)]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.distribute import trainer_runs
-from tests.distribute.conftest import free_ports
+from tests.distribute.conftest import free_ports, wait_all
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600
@@ -40,16 +40,7 @@ def _two_workers(tmp: Path, tag: str, model_dir: Path, *extra: str) -> list[int]
              str(tmp / f"{tag}{index}.npz"), str(model_dir), "--epochs", "2", "--resume",
              *extra], cwd=REPO, env={**env, "TF_CONFIG": tf_config}, stdout=log,
             stderr=subprocess.STDOUT))
-    try:
-        for proc in procs:
-            proc.wait(TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{tag}: the workers did not finish in {TIMEOUT_S} s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    return [proc.returncode for proc in procs]
+    return wait_all(procs, tag, TIMEOUT_S)
 
 
 @pytest.mark.slow  # ~2 min on 2 cores: 4 worker processes, 2 at a time
