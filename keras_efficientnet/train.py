@@ -75,12 +75,15 @@ def _run(config) -> None:
 
 
 def main(argv: list[str]) -> int:
+    problem = errors.backend_problem(os.environ)
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
+        problem = f"unexpected arguments {argv[1:]}; every setting is a --flag"
     try:
-        config = config_from_flags(flags.FLAGS)
+        config = config_from_flags(flags.FLAGS) if problem is None else None
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        problem = str(error)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return errors.BAD_INPUT
     from keras_efficientnet.training import preemption
 
@@ -99,7 +102,7 @@ def main(argv: list[str]) -> int:
 
 def run() -> None:
     """Console-script entry point (`keras-efficientnet-train`)."""
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags_or_exit)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """What the command line says when a run cannot go on: one line and an exit status, no traceback.
 
 Exit status: 0 done; 1 the run failed on its way (a NaN or diverged loss, a disk that refused a
-checkpoint); 2 bad input (flags, paths, data sources, a model_dir in use); 128 + N stopped by
-signal N (143 SIGTERM, 130 SIGINT) after checkpointing the current step: the same command
-resumes from there. Anything else is a bug and keeps its traceback.
+write); 2 bad input (flags, absl's own flag errors and unreadable flagfiles included, paths, data
+sources, a model_dir in use, a path of the run that is a link or not a regular file); 128 + N
+stopped by signal N (143 SIGTERM, 130 SIGINT) after checkpointing the current step: the same
+command resumes from there. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
+
+import sys
 
 BAD_INPUT = 2
 RUN_FAILED = 1
@@ -42,3 +45,27 @@ def describe(error: BaseException) -> tuple[str, int] | None:
     if isinstance(error, OSError):  # e.g. the disk filled while writing results
         return f"error: {_one_line(error)}", RUN_FAILED
     return None
+
+
+def parse_flags_or_exit(argv: list[str]) -> list[str]:
+    """absl's flag parsing (`app.run`'s `flags_parser`) with its errors as one line and exit
+    status 2: an unknown flag, a value of the wrong type, a flagfile that cannot be read."""
+    from absl import flags
+
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        line = _one_line(error).removeprefix("ERROR:: ")  # absl's prefix of flagfile errors
+        print(f"error: {line} (--helpfull lists every flag)", file=sys.stderr, flush=True)
+        sys.exit(BAD_INPUT)
+
+
+def backend_problem(environ) -> str | None:
+    """Why the trainer cannot run under `environ`'s KERAS_BACKEND (it needs TensorFlow's data
+    pipeline, distribution and export), or None."""
+    backend = environ.get("KERAS_BACKEND", "").strip()
+    if backend in ("", "tensorflow"):
+        return None
+    return (f"the trainer needs TensorFlow but KERAS_BACKEND={backend!r}; run it with "
+            "`unset KERAS_BACKEND` (or KERAS_BACKEND=tensorflow); the model, layers and "
+            f"optimizers alone work under {backend}")

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -211,6 +212,8 @@ def validate(config: TrainConfig) -> None:
     for f in dataclasses.fields(config):
         choices = f.metadata.get("choices")
         value = getattr(config, f.name)
+        if f.type in (float, "float") and not math.isfinite(value):  # NaN passes `< 0`
+            raise ValueError(f"--{f.name} must be a finite number, received {value}")
         if choices and value not in choices:
             raise ValueError(f"--{f.name}={value!r} is not valid; choose one of {list(choices)}")
     if config.model not in PRESETS:
