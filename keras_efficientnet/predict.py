@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from absl import flags
 
+from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO
+
 CLASS_NAMES_FILE = "class_names.json"  # as keras_efficientnet.training.export writes it
 
 
@@ -30,8 +32,8 @@ def _flags() -> flags.FlagValues:
                          flag_values=values)
     flags.DEFINE_integer("resolution", 0, "Input resolution for models that take any size; "
                          "0 = the model's.", lower_bound=0, flag_values=values)
-    flags.DEFINE_float("resize_ratio", 256 / 224, "Resize the short side to resolution x this "
-                       "before the centre crop (as evaluation does).", lower_bound=1.0,
+    flags.DEFINE_float("resize_ratio", EVAL_RESIZE_RATIO, "Resize the short side to resolution "
+                       "x this before the centre crop (as evaluation does).", lower_bound=1.0,
                        flag_values=values)
     return values
 
@@ -63,7 +65,7 @@ def _probabilities(outputs: np.ndarray) -> np.ndarray:
 
 
 def predict(model, image_paths: list[str], resolution: int,
-            resize_ratio: float = 256 / 224) -> np.ndarray:
+            resize_ratio: float = EVAL_RESIZE_RATIO) -> np.ndarray:
     """Class probabilities `[images, classes]` of `model` for the image files."""
     import tensorflow as tf
 

@@ -1,43 +1,31 @@
-"""Host input pipeline (tf.data): sources, per-example ops, batch mixing, and the composer."""
+"""Host input pipeline (tf.data): sources, per-example ops, batch mixing, and the composer.
 
-from keras_efficientnet.datasets.mixing import (
-    cutmix,
-    cutmix_box,
-    cutmix_v1_lambda,
-    cutmix_with,
-    mix_batch,
-    mixup,
-    mixup_coefficients,
-    mixup_with,
-    sample_beta,
-    sample_cutmix_lambda,
-)
-from keras_efficientnet.datasets.pipeline import (
-    SKIPPED,
-    NoReadableImagesError,
-    SkipCounter,
-    make_dataset,
-)
-from keras_efficientnet.datasets.preprocessing import (
+`InputOptions` and the crop constants are plain Python and load at once (the training config
+and `predict` use them before TensorFlow loads); the TensorFlow modules load on first use of a
+name they define.
+"""
+
+import importlib
+
+from keras_efficientnet.datasets.options import (
     AREA_RANGE,
     ASPECT_RANGE,
     EVAL_RESIZE_RATIO,
-    center_crop,
-    center_crop_window,
-    decode,
-    decode_and_random_crop,
-    flip,
-    random_crop_window,
-    resize,
+    InputOptions,
 )
-from keras_efficientnet.datasets.sources import (
-    DatasetInfo,
-    dataset_info,
-    default_data_dir,
-    list_image_folder,
-    parse_source,
-    prepare_digits,
-)
+
+# The TensorFlow modules, searched in this order for a name not defined above.
+_TF_MODULES = ("pipeline", "preprocessing", "mixing", "sources")
+
+
+def __getattr__(name):
+    if name in __all__:
+        for module_name in _TF_MODULES:
+            module = importlib.import_module(f"keras_efficientnet.datasets.{module_name}")
+            if hasattr(module, name):
+                return getattr(module, name)
+    raise AttributeError(f"module 'keras_efficientnet.datasets' has no attribute {name!r}")
+
 
 __all__ = [
     "AREA_RANGE",
@@ -45,6 +33,7 @@ __all__ = [
     "EVAL_RESIZE_RATIO",
     "SKIPPED",
     "DatasetInfo",
+    "InputOptions",
     "NoReadableImagesError",
     "SkipCounter",
     "center_crop",

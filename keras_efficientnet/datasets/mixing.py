@@ -6,11 +6,12 @@ import math
 
 import tensorflow as tf
 
+from keras_efficientnet.datasets.options import CUTMIX_VERSIONS
+
 # CutMix v1 (Graphcore's `cutmix_version: 1`): with probability 1.55 * nominal - 0.96 the batch
 # is not cut; otherwise lambda = 1 + ln(u) / 4, u uniform on [e^-4, 1), so lambda lies in
 # [0, 1). Version 2 uses the nominal lambda itself for every batch.
 CUTMIX_V1_SLOPE, CUTMIX_V1_OFFSET, CUTMIX_V1_DENOMINATOR = 1.55, 0.96, 4.0
-CUTMIX_VERSIONS = (1, 2)
 # Partners: Mixup takes the batch rolled by 1 and CutMix by 2, so that with both on no image
 # is cut *and* mixed with the same partner.
 MIXUP_SHIFT, CUTMIX_SHIFT = 1, 2

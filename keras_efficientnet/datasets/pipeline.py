@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_efficientnet.datasets import mixing, preprocessing, sources
+from keras_efficientnet.datasets.options import InputOptions
 
 log = logging.getLogger(__name__)
 
@@ -155,217 +156,176 @@ def _guarded_map(dataset, fn, guard: _PassGuard, deterministic: bool | None,
     return blocks.map(run_block, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
-def _check_arguments(image_size, batch_size, mixup_alpha, cutmix_lambda, eval_resize_ratio,
-                     shuffle_buffer, private_threadpool_size, max_intra_op_parallelism):
-    if not isinstance(image_size, (int, np.integer)) or image_size < 1:
-        raise ValueError(f"image_size must be a positive int, got {image_size!r}")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if mixup_alpha is None or mixup_alpha < 0:
-        raise ValueError(f"mixup_alpha must be >= 0 (0 = off), got {mixup_alpha!r}")
-    if cutmix_lambda is not None and not (cutmix_lambda == 0 or 0 < cutmix_lambda < 1):
-        raise ValueError(f"cutmix_lambda must be in (0, 1), or None/0 for off, got "
-                         f"{cutmix_lambda!r}")
-    if eval_resize_ratio < 1:
-        raise ValueError(f"eval_resize_ratio must be >= 1 (short side resized to at least "
-                         f"image_size before the centre crop), got {eval_resize_ratio!r}")
-    if shuffle_buffer is not None and shuffle_buffer < 1:
-        raise ValueError(f"shuffle_buffer must be >= 1 or None (auto), got {shuffle_buffer!r}")
-    for name, value in (("private_threadpool_size", private_threadpool_size),
-                        ("max_intra_op_parallelism", max_intra_op_parallelism)):
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1 or None (TF default), got {value!r}")
-
-
 def make_dataset(
-    source: str,
-    split: str,
+    options: InputOptions | str,
+    split: str | None = None,
     *,
-    image_size: int,
-    batch_size: int,
-    training: bool,
-    augment: bool | None = None,
-    random_flip: bool = True,
-    data_dir: str | os.PathLike | None = None,
-    num_classes: int | None = None,
-    mixup_alpha: float = 0.0,
-    cutmix_lambda: float | None = None,
-    cutmix_version: int = 1,
-    mix: bool | None = None,
-    one_hot: bool | None = None,
-    shuffle_buffer: int | None = None,
-    cache: bool | str = False,
-    repeat: bool = False,
-    drop_remainder: bool | None = None,
-    seed: int | None = None,
-    deterministic: bool | None = None,
     input_context: tf.distribute.InputContext | None = None,
-    private_threadpool_size: int | None = None,
-    max_intra_op_parallelism: int | None = None,
-    eval_resize_ratio: float = preprocessing.EVAL_RESIZE_RATIO,
-    area_range: tuple[float, float] = preprocessing.AREA_RANGE,
-    aspect_range: tuple[float, float] = preprocessing.ASPECT_RANGE,
-    label_offset: int = 0,
     skip_counter: SkipCounter | None = None,
+    **fields,
 ) -> tf.data.Dataset:
-    """A `tf.data.Dataset` of `(images, labels)` batches: images uint8 `[b, size, size, 3]`,
-    labels int32 `[b]`, or float32 one-hot `[b, classes]` when mixing (or `one_hot`) is on.
+    """A `tf.data.Dataset` of `(images, labels)` batches as `options` (an `InputOptions`) says:
+    images uint8 `[b, size, size, 3]`, labels int32 `[b]`, or float32 one-hot `[b, classes]`
+    when mixing (or `one_hot`) is on.
 
     The host only decodes, crops, flips and batches; normalization belongs to the model, so a
-    quarter of float32's bytes crosses to the device.
+    quarter of float32's bytes crosses to the device. The stages run in a fixed order: read ->
+    shard -> cache -> shuffle/repeat -> decode and crop -> batch -> mix -> prefetch.
 
     Args:
-      source: 'synthetic', 'digits', 'folder:PATH', 'tfds:NAME' or 'tfrecord:PATTERN'.
-      split: split name, e.g. 'train' or 'validation'.
-      image_size: output height and width.
-      batch_size: global batch size; with `input_context` each pipeline yields
-        `input_context.get_per_replica_batch_size(batch_size)`.
-      training: shuffle (and augment) if True; evaluation order and preprocessing otherwise.
-      augment: random crop + flip + mixing if True, else resize + centre crop; None = `training`.
-        `training=True, augment=False` is the fine-tune input: shuffled training images with
-        evaluation preprocessing.
-      random_flip: random horizontal flips when augmenting (off for digits and text).
-      data_dir: tfds data dir, or the root `digits` is written under (default: see
-        `sources.default_data_dir`).
-      num_classes: needed for one-hot labels where the source does not record it (tfrecord
-        without dataset_info.json); for 'synthetic' it sets the label range (default 1000).
-      mixup_alpha: Beta(alpha, alpha) Mixup per example, 0 = off.
-      cutmix_lambda: CutMix nominal kept fraction in (0, 1), None or 0 = off.
-      cutmix_version: 1 draws each batch's kept fraction from `cutmix_lambda` (Graphcore's
-        presets), 2 keeps it fixed (see `mixing.cutmix`).
-      mix: apply the configured Mixup/CutMix to the batches; None = `augment`. Graphcore's
-        fine-tune mixes images that had evaluation preprocessing (`augment=False, mix=True`).
-      one_hot: one-hot float labels; None = on when mixing is configured, in both training and
-        evaluation, so that both feed the same loss.
-      shuffle_buffer: records in the shuffle buffer; None = the whole file list for folder
-        sources, DEFAULT_SHUFFLE_BUFFER for tfds/tfrecord.
-      cache: cache the encoded images after reading, in memory (True) or in a file (a path).
-      repeat: repeat forever (trainers with steps_per_epoch); False gives one epoch per
-        iteration, reshuffled and re-cropped each time (`model.fit(dataset, epochs=3)`).
-      drop_remainder: drop the last partial batch; None = `training`.
-      seed: seed for shuffling, crops, flips and mixing; same seed, same batches.
-      deterministic: keep element order fixed; None = True when `seed` is given and for
-        evaluation (`training=False`), whose first batches are what `--eval_steps` reads.
+      options: what to read and how. A source string instead, with `split` and the other
+        `InputOptions` fields as keywords, builds the options here.
       input_context: from `tf.distribute`; shards the data between input pipelines.
-      private_threadpool_size, max_intra_op_parallelism: tf.data host thread settings
-        (None = TF defaults).
-      eval_resize_ratio: evaluation resizes the short side to `image_size * eval_resize_ratio`.
-      area_range, aspect_range: training crop bounds (defaults: the paper's, docs/recipes.md).
-      label_offset: subtracted from TFRecord labels (1 for TF-slim style 1-based ImageNet).
       skip_counter: where unreadable images are counted and reported (default `SKIPPED`).
 
     Example:
       >>> train = make_dataset("digits", "train", image_size=32, batch_size=64, training=True)
       >>> model.fit(train, epochs=3)
     """
-    _check_arguments(image_size, batch_size, mixup_alpha, cutmix_lambda, eval_resize_ratio,
-                     shuffle_buffer, private_threadpool_size, max_intra_op_parallelism)
-    if cutmix_version not in mixing.CUTMIX_VERSIONS:
-        raise ValueError(f"cutmix_version must be one of {list(mixing.CUTMIX_VERSIONS)}, got "
-                         f"{cutmix_version!r}")
-    augment = training if augment is None else augment
-    mixing_configured = mixup_alpha > 0 or bool(cutmix_lambda)
-    mixing_on = (augment if mix is None else mix) and mixing_configured
-    one_hot = mixing_configured if one_hot is None else one_hot
-    drop_remainder = training if drop_remainder is None else drop_remainder
-    # Evaluation keeps its order: a fixed sample of every class under --eval_steps.
-    deterministic = (seed is not None or not training) if deterministic is None else deterministic
-    counter = SKIPPED if skip_counter is None else skip_counter
-    if input_context is not None:
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    if isinstance(options, str):
+        options = InputOptions(options, split, **fields)
+    elif split is not None or fields:
+        raise TypeError("make_dataset(options) takes no other fields: use options.replace()")
+    batch_size = (options.batch_size if input_context is None
+                  else input_context.get_per_replica_batch_size(options.batch_size))
+    records = read(options, input_context)
+    num_classes = _resolve_num_classes(records.info, options)
+    guard = _guard_for(records, options, input_context,
+                       SKIPPED if skip_counter is None else skip_counter)
+    dataset = shard(records, input_context)
+    dataset, data_is_path = cache(dataset, records, options, guard)
+    dataset = shuffle_and_repeat(dataset, records, options)
+    dataset = decode_and_crop(dataset, records, options, guard, data_is_path)
+    dataset = batch(dataset, records, options, batch_size)
+    dataset = mix(dataset, options, num_classes)
+    return finish(dataset, options)
 
-    # Read: file names (folders) or encoded records (tfds, TFRecord), labels beside them.
-    records = sources.read_records(
-        source, split, data_dir=data_dir, input_context=input_context, shuffle_files=training,
-        seed=_seed(seed, 0), image_size=image_size, num_classes=num_classes,
-        label_offset=label_offset)
-    num_classes = _resolve_num_classes(records.info, num_classes, one_hot, source)
-    dataset = records.dataset
+
+def read(options: InputOptions, input_context) -> sources.Records:
+    """File names (folders) or encoded records (tfds, TFRecord), labels beside them."""
+    return sources.read_records(
+        options.source, options.split, data_dir=options.data_dir, input_context=input_context,
+        shuffle_files=options.training, seed=_seed(options.seed, 0),
+        image_size=options.image_size, num_classes=options.num_classes,
+        label_offset=options.label_offset)
+
+
+def _guard_for(records, options: InputOptions, input_context, counter: SkipCounter):
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
-    guard = _PassGuard(counter, records.info.num_examples // pipelines,
-                       f"{source} (split {split!r})")
+    return _PassGuard(counter, records.info.num_examples // pipelines,
+                      f"{options.source} (split {options.split!r})")
 
-    # Shard before shuffling so that the shards are disjoint and together complete.
+
+def shard(records: sources.Records, input_context) -> tf.data.Dataset:
+    """Shards before shuffling, so that the shards are disjoint and together complete."""
     if input_context is not None and not records.sharded:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
+        return records.dataset.shard(input_context.num_input_pipelines,
+                                     input_context.input_pipeline_id)
+    return records.dataset
 
-    data_is_path = records.data_is_path
-    if cache:
-        if data_is_path:
-            # Cache bytes, not names: reading the files is what caching should save.
-            dataset = _guarded_map(
-                dataset, lambda r: {"name": r["name"], "data": tf.io.read_file(r["data"]),
-                                    "label": r["label"]}, guard, deterministic, seed=False,
-                count_successes=False)
-            dataset = dataset.unbatch()
-            data_is_path = False
-        dataset = dataset.cache("" if cache is True else os.fspath(cache))
 
-    if training and not records.decoded:
-        if shuffle_buffer is None:
-            whole = records.info.num_examples
-            shuffle_buffer = whole if (records.data_is_path or cache) else DEFAULT_SHUFFLE_BUFFER
-        dataset = dataset.shuffle(shuffle_buffer, seed=_seed(seed, 1),
+def cache(dataset, records, options: InputOptions, guard) -> tuple[tf.data.Dataset, bool]:
+    """Caches the encoded images when asked; returns the dataset and whether it still holds
+    file paths (rather than bytes)."""
+    if not options.cache:
+        return dataset, records.data_is_path
+    if records.data_is_path:
+        # Cache bytes, not names: reading the files is what caching should save.
+        dataset = _guarded_map(
+            dataset, lambda r: {"name": r["name"], "data": tf.io.read_file(r["data"]),
+                                "label": r["label"]}, guard, options.keeps_order, seed=False,
+            count_successes=False).unbatch()
+    return dataset.cache("" if options.cache is True else os.fspath(options.cache)), False
+
+
+def shuffle_and_repeat(dataset, records, options: InputOptions) -> tf.data.Dataset:
+    if options.training and not records.decoded:
+        buffer = options.shuffle_buffer
+        if buffer is None:
+            whole = records.data_is_path or bool(options.cache)
+            buffer = records.info.num_examples if whole else DEFAULT_SHUFFLE_BUFFER
+        dataset = dataset.shuffle(buffer, seed=_seed(options.seed, 1),
                                   reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
+    return dataset.repeat() if options.repeat else dataset
 
-    # Decode and augment, skipping unreadable images (see _guarded_map), and batch.
+
+def _crop_fn(options: InputOptions, data_is_path: bool):
+    """The per-record op: bytes (or a file) -> a random crop and flip, or the centre crop."""
+    size = options.image_size
+
+    def crop(record):
+        data = tf.io.read_file(record["data"]) if data_is_path else record["data"]
+        if not options.augments:
+            return preprocessing.center_crop(data, size, options.eval_resize_ratio), record[
+                "label"]
+        crop_seed, flip_seed = tf.unstack(
+            tf.random.experimental.stateless_split(record["seed"], 2))
+        # Labelled object boxes, where the source has them (sources.Records).
+        boxes = tf.io.parse_tensor(record["boxes"], tf.float32) if "boxes" in record else None
+        image = preprocessing.decode_and_random_crop(
+            data, size, crop_seed, options.area_range, options.aspect_range, boxes)
+        if options.random_flip:
+            image = preprocessing.flip(image, flip_seed)
+        return image, record["label"]
+
+    return crop
+
+
+def decode_and_crop(dataset, records, options: InputOptions, guard,
+                    data_is_path: bool) -> tf.data.Dataset:
+    """Decoded `(image, label)` pairs; for encoded sources, blocks of them that skip the
+    unreadable images (see _guarded_map)."""
     if records.decoded:
-        dataset = dataset.map(lambda r: (r["image"], r["label"]), num_parallel_calls=AUTOTUNE)
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    else:
-        def process(record):
-            data = tf.io.read_file(record["data"]) if data_is_path else record["data"]
-            if augment:
-                crop_seed, flip_seed = tf.unstack(
-                    tf.random.experimental.stateless_split(record["seed"], 2))
-                # Labelled object boxes, where the source has them (sources.Records).
-                boxes = (tf.io.parse_tensor(record["boxes"], tf.float32)
-                         if "boxes" in record else None)
-                image = preprocessing.decode_and_random_crop(
-                    data, image_size, crop_seed, area_range, aspect_range, boxes)
-                if random_flip:
-                    image = preprocessing.flip(image, flip_seed)
-            else:
-                image = preprocessing.center_crop(data, image_size, eval_resize_ratio)
-            return image, record["label"]
+        return dataset.map(lambda r: (r["image"], r["label"]), num_parallel_calls=AUTOTUNE)
+    return _guarded_map(dataset, _crop_fn(options, data_is_path), guard, options.keeps_order,
+                        seed=_seed(options.seed, 2) if options.augments else False)
 
-        dataset = _guarded_map(dataset, process, guard, deterministic,
-                               seed=_seed(seed, 2) if augment else False)
-        # Blocks of survivors -> fixed-size batches, copying each image once.
-        dataset = dataset.rebatch(batch_size, drop_remainder=drop_remainder)
 
-    # Batch-level mixing: a Beta draw per example and one CutMix box per batch.
-    if one_hot:
+def batch(dataset, records, options: InputOptions, batch_size: int) -> tf.data.Dataset:
+    if records.decoded:
+        return dataset.batch(batch_size, drop_remainder=options.drops_remainder)
+    # Blocks of survivors -> fixed-size batches, copying each image once.
+    return dataset.rebatch(batch_size, drop_remainder=options.drops_remainder)
+
+
+def mix(dataset, options: InputOptions, num_classes: int | None) -> tf.data.Dataset:
+    """One-hot labels, then batch-level mixing: a Beta draw per example and one CutMix box
+    per batch."""
+    order = options.keeps_order
+    if options.one_hot_labels:
         dataset = dataset.map(lambda images, labels: (images, tf.one_hot(labels, num_classes)),
-                              num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    if mixing_on:
-        batch_seeds = tf.data.Dataset.random(
-            _seed(seed, 3), rerandomize_each_iteration=True).batch(2)
-        dataset = tf.data.Dataset.zip(dataset, batch_seeds).map(
-            lambda batch, batch_seed: mixing.mix_batch(
-                batch[0], batch[1], batch_seed, mixup_alpha, cutmix_lambda, cutmix_version),
-            num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-
-    options = tf.data.Options()
-    options.deterministic = deterministic
-    if private_threadpool_size is not None:
-        options.threading.private_threadpool_size = private_threadpool_size
-    if max_intra_op_parallelism is not None:
-        options.threading.max_intra_op_parallelism = max_intra_op_parallelism
-    # Overlap host preprocessing of the next batches with the device's work on this one.
-    return dataset.with_options(options).prefetch(AUTOTUNE)
+                              num_parallel_calls=AUTOTUNE, deterministic=order)
+    if not options.mixes:
+        return dataset
+    batch_seeds = tf.data.Dataset.random(
+        _seed(options.seed, 3), rerandomize_each_iteration=True).batch(2)
+    return tf.data.Dataset.zip(dataset, batch_seeds).map(
+        lambda pair, seed: mixing.mix_batch(
+            pair[0], pair[1], seed, options.mixup_alpha, options.cutmix_lambda,
+            options.cutmix_version),
+        num_parallel_calls=AUTOTUNE, deterministic=order)
 
 
-def _resolve_num_classes(info: sources.DatasetInfo, num_classes, one_hot: bool, source: str):
+def finish(dataset, options: InputOptions) -> tf.data.Dataset:
+    """Thread settings, then prefetch: overlap host preprocessing of the next batches with the
+    device's work on this one."""
+    settings = tf.data.Options()
+    settings.deterministic = options.keeps_order
+    if options.private_threadpool_size is not None:
+        settings.threading.private_threadpool_size = options.private_threadpool_size
+    if options.max_intra_op_parallelism is not None:
+        settings.threading.max_intra_op_parallelism = options.max_intra_op_parallelism
+    return dataset.with_options(settings).prefetch(AUTOTUNE)
+
+
+def _resolve_num_classes(info: sources.DatasetInfo, options: InputOptions) -> int | None:
+    num_classes, source = options.num_classes, options.source
     if num_classes is not None and info.num_classes is not None and (
             num_classes != info.num_classes):
         raise ValueError(f"num_classes={num_classes} but source {source!r} has "
                          f"{info.num_classes} classes")
     resolved = info.num_classes if num_classes is None else num_classes
-    if one_hot and resolved is None:
+    if options.one_hot_labels and resolved is None:
         raise ValueError(f"one-hot labels need num_classes, and source {source!r} does not "
                          f"record it (no {sources.TFRECORD_INFO_FILE}); pass num_classes")
     return resolved

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-# Inception-style random crop (Szegedy et al. 2015) with the constants of Graphcore's (and
-# TensorFlow's official ResNet) ImageNet pipeline (docs/recipes.md).
-AREA_RANGE = (0.05, 1.0)
-ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
+# The crop constants (training area and aspect bounds, the evaluation resize ratio).
+from keras_efficientnet.datasets.options import AREA_RANGE, ASPECT_RANGE, EVAL_RESIZE_RATIO
+
 # Tries before sample_distorted_bounding_box falls back to the whole image.
 MAX_ATTEMPTS = 100
 # A crop must cover at least this fraction of one of the image's labelled boxes; an image with
 # no boxes counts as one box (the whole image), so its crops cover at least 10% of it.
 MIN_OBJECT_COVERED = 0.1
-# Eval: resize the short side to image_size * 256 / 224, then centre crop image_size.
-EVAL_RESIZE_RATIO = 256.0 / 224.0
 # Bilinear without antialiasing: the cheapest TF resize that does not alias badly at the
 # crop-to-224 scale factors (~0.5x to 2x); antialias=True costs about 4x as much on the host.
 RESIZE_METHOD = "bilinear"

@@ -10,6 +10,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO
 from keras_efficientnet.training.plan import (
     PRECISIONS,
     STOCHASTIC_ROUNDING,
@@ -69,7 +70,8 @@ class TrainConfig:
     cutmix_lambda: float = _f(0.0, "CutMix nominal lambda (kept area); 0 disables.")
     cutmix_version: int = _f(1, "CutMix 1: each batch's kept fraction drawn from --cutmix_lambda "
                                 "(Graphcore's v1); 2: fixed at --cutmix_lambda.")
-    eval_resize_ratio: float = _f(256 / 224, "Evaluation: resize short side to res x ratio.")
+    eval_resize_ratio: float = _f(EVAL_RESIZE_RATIO,
+                                  "Evaluation: resize short side to res x ratio.")
     cache: bool = _f(False, "Cache the encoded dataset in memory.")
     shuffle_buffer: int = _f(10_000, "Shuffle buffer size (examples).")
     seed: int = _f(0, "Seed for initialisation, shuffling and augmentation.")

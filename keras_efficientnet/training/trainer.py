@@ -136,6 +136,23 @@ def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classe
                   steps_per_execution=config.plan.steps_per_execution)
 
 
+def input_options(config: TrainConfig):
+    """The config's input settings as one `datasets.InputOptions` (the one place config fields
+    become pipeline options), set up for evaluation; each phase replaces the split, resolution,
+    batch size and whether it trains (`build_datasets`)."""
+    from keras_efficientnet.datasets import InputOptions
+
+    return InputOptions(
+        config.dataset, config.eval_split, image_size=1, batch_size=1, training=False,
+        data_dir=config.data_dir or None, mixup_alpha=config.mixup_alpha,
+        cutmix_lambda=config.cutmix_lambda or None, cutmix_version=config.cutmix_version,
+        one_hot=use_one_hot(config), shuffle_buffer=config.shuffle_buffer or None,
+        cache=config.cache, seed=config.seed, deterministic=config.deterministic or None,
+        private_threadpool_size=config.host_threads or None,
+        eval_resize_ratio=config.eval_resize_ratio, area_range=(config.crop_area_min, 1.0),
+        random_flip=config.random_flip)
+
+
 def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
                    repeat: bool, num_classes: int | None = None, augment: bool | None = None,
                    input_context=None, mix: bool | None = None, skip_counter=None):
@@ -152,20 +169,11 @@ def build_datasets(config: TrainConfig, resolution: int, *, training: bool, spli
 
     augment = training if augment is None else augment
     mix = augment if mix is None else mix
-    batch_size = config.plan.examples_per_step if training else config.plan.forward_batch_size
-    return datasets.make_dataset(
-        config.dataset, split, image_size=resolution, batch_size=batch_size,
-        input_context=input_context, training=training,
-        augment=augment, data_dir=config.data_dir or None, num_classes=num_classes,
-        mixup_alpha=config.mixup_alpha if mix else 0.0,
-        cutmix_lambda=(config.cutmix_lambda or None) if mix else None,
-        cutmix_version=config.cutmix_version, mix=mix,
-        one_hot=use_one_hot(config), shuffle_buffer=config.shuffle_buffer or None,
-        cache=config.cache, repeat=repeat, seed=config.seed,
-        deterministic=config.deterministic or None,
-        private_threadpool_size=config.host_threads or None,
-        eval_resize_ratio=config.eval_resize_ratio, area_range=(config.crop_area_min, 1.0),
-        random_flip=config.random_flip, skip_counter=skip_counter)
+    options = input_options(config).replace(
+        split=split, image_size=resolution, training=training, augment=augment, mix=mix,
+        repeat=repeat, num_classes=num_classes,
+        batch_size=config.plan.examples_per_step if training else config.plan.forward_batch_size)
+    return datasets.make_dataset(options, input_context=input_context, skip_counter=skip_counter)
 
 
 def class_names(config: TrainConfig) -> tuple[str, ...] | None:
