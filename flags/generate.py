@@ -8,9 +8,13 @@ the committed files are exactly what it writes. After changing a recipe: `python
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # `python flags/generate.py` from a checkout
+
+from keras_efficientnet.models.presets import GRAPHCORE_TOP1, PAPER_TOP1  # noqa: E402
 
 NATIVE = {"b0": 224, "b1": 240, "b2": 260, "b3": 300, "b4": 380, "b5": 456}
 # Graphcore's configs (b2: 196, not the 192 of their README's table: 196 mod 32 = 260 mod 32).
@@ -22,12 +26,11 @@ FAMILIES = {
     "g16-gn": "G16 (16 channels per group, expand 4) with GroupNorm",
     "g16-lnpn": "G16 (16 channels per group, expand 4) with LayerNorm + Proxy Norm",
 }
-# The paper's ImageNet top-1 (%) of each row, keyed (variant, family, "native" | "half"). Only
-# figures this project could check against a source are filled in; a row without one says so
-# in its flagfile rather than carry a number nobody verified.
-PAPER_TOP1: dict[tuple[str, str, str], float] = {}
-# Every row but the baseline (G1-GN at native resolution) is fine-tuned at the test size.
-BASELINE = ("g1-gn", "native")
+# The paper's series ("baseline": G1-GN at the native resolution, no fine-tune; every other
+# row is fine-tuned at the test size). G1-GN at half resolution is ours: the paper has no such
+# row and Graphcore published no config for it.
+RECIPES = ("baseline", "native", "half")
+OURS = ("g1-gn", "half")
 
 EXPONENTIAL_DROPS = 146  # Graphcore's lr_drops over 350 epochs, counted from step 0
 FINETUNE_BATCH = 512
@@ -66,18 +69,20 @@ RMSPROP_RECIPE = f"""\
 """
 
 
-def paper_top1_line(key: tuple[str, str, str]) -> str:
-    if key in PAPER_TOP1:
-        return f"# The paper's top-1 for this row: {PAPER_TOP1[key]:.1f}%."
-    return ("# The paper's top-1 for this row: not transcribed here (no checked source; "
-            "PAPER_TOP1 in flags/generate.py).")
+def paper_top1_line(variant: str, family: str, recipe: str) -> str:
+    if (family, recipe) == OURS:
+        return ("# This recipe is ours: the paper has no G1-GN half-resolution row and Graphcore "
+                "published no config for it, so there is no published top-1 to aim at.")
+    top1 = PAPER_TOP1[(f"efficientnet-{variant}-{family}", recipe)]
+    return (f"# Aims at {top1:.1f}% top-1 on ImageNet validation, read off the paper's Figure 1 "
+            "(about +/-0.05 points).")
 
 
-def rmsprop_preset(variant: str, family: str, half: bool) -> str:
+def rmsprop_preset(variant: str, family: str, recipe: str) -> str:
     native = NATIVE[variant]
+    half = recipe == "half"
     train = HALF[variant] if half else native
-    resolution = "half" if half else "native"
-    finetuned = (family, resolution) != BASELINE
+    finetuned = recipe != "baseline"
     what = (f"EfficientNet-{variant.upper()} {FAMILIES[family]} on ImageNet, "
             + (f"trained at {train}px (about half the pixels)" if half
                else f"trained at the native {native}px"))
@@ -93,18 +98,19 @@ def rmsprop_preset(variant: str, family: str, half: bool) -> str:
     ]
     if finetuned:
         lines += [
-            "# Fine-tune as for every row of the paper but the G1-GN native baseline: head only,",
+            "# Fine-tune as for every row of the paper but the G1-GN baseline: head only,",
             f"# from the weight average, batch {FINETUNE_BATCH}, peak 2^-11 x {FINETUNE_BATCH} = "
             f"{FINETUNE_RATE_PER_SAMPLE * FINETUNE_BATCH}, cosine under a 5-epoch",
             "# warm-up (still rising when it ends), eval preprocessing, the run's Mixup/CutMix.",
         ]
     else:
-        lines.append("# The paper's baseline: evaluated without a fine-tune.")
+        lines.append("# The paper's baseline: trained and tested at the native resolution, "
+                     "no fine-tune.")
     lines += [
-        paper_top1_line((variant, family, resolution)),
+        paper_top1_line(variant, family, recipe),
         "# Prepare ImageNet for tfds as data/README.md says, then run:",
         f"#   python -m keras_efficientnet.train --flagfile=flags/{variant}-{family}-"
-        f"{resolution}.flags --data_dir=DIR --model_dir=runs/NAME",
+        f"{recipe}.flags --data_dir=DIR --model_dir=runs/NAME",
         f"--model=efficientnet-{variant}-{family}",
         f"--mode={'train_and_finetune' if finetuned else 'train'}",
         f"--train_resolution={train}",
@@ -116,24 +122,10 @@ def rmsprop_preset(variant: str, family: str, half: bool) -> str:
     return "\n".join(lines) + "\n" + body
 
 
-# The fine-tune keeps the run's micro-batch (3) and replicas (8), so its batch is a multiple of
-# 24 (see TrainConfig.finetune_accumulation): 504 is the nearest to Graphcore's 512.
-LARS_FINETUNE_BATCH = 504
-
-LARS_B4 = f"""\
-# EfficientNet-B4 G16 with GroupNorm at its native 380px on ImageNet with LARS at global batch
-# 6144 = micro-batch 3 x accumulation 256 x 8 replicas, each replica split in 2 pipeline stages
-# at block4a, 16 updates per host call, float16 weights and compute ("16.16") with stochastic
-# rounding: Graphcore's "B4 in under 2 hours" run on 16 IPUs.
-# Graphcore's top-1 for this run: 82.6% after 350 epochs (a result beside the paper's tables).
-# --strategy=ipu cannot run today (it needs Graphcore's SDK, whose Keras 2.6 fork Keras 3 code
-# cannot use; the run says so first and does nothing). On 8 GPUs, the same global batch:
-#   python -m keras_efficientnet.train --flagfile=flags/b4-g16-gn-lars.flags --data_dir=DIR \\
-#       --strategy=mirrored --pipeline_splits= --device_iterations=1 --precision=mixed_float16
-# Then the head is fine-tuned 2 epochs (Graphcore's fine-tune, written for its RMSProp runs,
-# with this run's LARS) at batch {LARS_FINETUNE_BATCH} = 3 x 21 x 8.
+LARS_TOP1 = GRAPHCORE_TOP1[("efficientnet-b4-g16-gn", "lars")]
+LARS_B4_BODY = f"""\
 --model=efficientnet-b4-g16-gn
---mode=train_and_finetune
+--mode={{mode}}
 --dataset=tfds:imagenet2012
 --train_resolution=380
 --test_resolution=380
@@ -162,7 +154,45 @@ LARS_B4 = f"""\
 --mixup_alpha=0.2
 --cutmix_lambda=0.85
 --cutmix_version=1
-""" + FINETUNE_RECIPE.format(finetune_batch=LARS_FINETUNE_BATCH)
+"""
+
+
+def lars_b4_header(name: str, result: str, finetune: str) -> str:
+    return f"""\
+# EfficientNet-B4 G16 with GroupNorm at its native 380px on ImageNet with LARS at global batch
+# 6144 = micro-batch 3 x accumulation 256 x 8 replicas, each replica split in 2 pipeline stages
+# at block4a, 16 updates per host call, float16 weights and compute ("16.16") with stochastic
+# rounding: Graphcore's "B4 in under 2 hours" run on 16 IPUs.
+{result}
+# --strategy=ipu cannot run today (it needs Graphcore's SDK, whose Keras 2.6 fork Keras 3 code
+# cannot use; the run says so first and does nothing). On 8 GPUs, the same global batch:
+#   python -m keras_efficientnet.train --flagfile=flags/{name} --data_dir=DIR \\
+#       --strategy=mirrored --pipeline_splits= --device_iterations=1 --precision=mixed_float16
+{finetune}
+"""
+
+
+LARS_B4 = lars_b4_header(
+    "b4-g16-gn-lars.flags",
+    f"# Graphcore's top-1 for this run: ~{LARS_TOP1}% (their application README), trained and\n"
+    "# validated at 380px after 350 epochs, no fine-tune (a result beside the paper's Figure 1).",
+    "# As in Graphcore's run, the 0.97 weight average is evaluated and nothing is fine-tuned;\n"
+    "# flags/b4-g16-gn-lars-finetuned-ours.flags adds a head fine-tune (ours).",
+) + LARS_B4_BODY.format(mode="train")
+
+# The fine-tune keeps the run's micro-batch (3) and replicas (8), so its batch is a multiple of
+# 24 (see TrainConfig.finetune_accumulation): 504 is the nearest to Graphcore's 512.
+LARS_FINETUNE_BATCH = 504
+
+LARS_B4_FINETUNED_OURS = lars_b4_header(
+    "b4-g16-gn-lars-finetuned-ours.flags",
+    "# Ours, not Graphcore's: their run (flags/b4-g16-gn-lars.flags, ~"
+    f"{LARS_TOP1}% top-1) had no fine-tune;\n"
+    "# this variant has no published accuracy to aim at.",
+    "# Then the head is fine-tuned 2 epochs (Graphcore's fine-tune, written for its RMSProp runs,\n"
+    f"# with this run's LARS) at batch {LARS_FINETUNE_BATCH} = 3 x 21 x 8.",
+) + LARS_B4_BODY.format(mode="train_and_finetune") + FINETUNE_RECIPE.format(
+    finetune_batch=LARS_FINETUNE_BATCH)
 
 DEFAULT = """\
 # The embedded default job (`make train`): a tiny G16 EfficientNet with LayerNorm + Proxy Norm
@@ -232,10 +262,13 @@ def flagfiles() -> dict[str, str]:
     files = {}
     for variant in NATIVE:
         for family in FAMILIES:
-            for half in (False, True):
-                name = f"{variant}-{family}-{'half' if half else 'native'}.flags"
-                files[name] = rmsprop_preset(variant, family, half)
+            for recipe in RECIPES:
+                if recipe == "baseline" and family != "g1-gn":
+                    continue
+                files[f"{variant}-{family}-{recipe}.flags"] = rmsprop_preset(variant, family,
+                                                                             recipe)
     files["b4-g16-gn-lars.flags"] = LARS_B4
+    files["b4-g16-gn-lars-finetuned-ours.flags"] = LARS_B4_FINETUNED_OURS
     files["default.flags"] = DEFAULT
     files["smoke.flags"] = SMOKE
     return files

@@ -1,7 +1,9 @@
-"""Writes the README's preset table: every preset's parameters, MACs, resolution and purpose.
+"""Writes the README's preset table: every preset's parameters, MACs, resolution, purpose and
+the ImageNet top-1 its recipes are meant to reach.
 
 Builds each preset at its native resolution with the 1000-class head and counts its parameters
-(`model.count_params()`) and multiply-accumulates per image (`ke.count_macs`). Takes a few
+(`model.count_params()`) and multiply-accumulates per image (`ke.count_macs`); the accuracies
+are `PAPER_TOP1` (read off the paper's Figure 1) and `GRAPHCORE_TOP1`. Takes a few
 minutes (the B7s are large). Run after changing a preset:
 
     python scripts/preset_table.py            # rewrite the table in README.md
@@ -32,6 +34,20 @@ PURPOSE = {
 TINY_PURPOSE = "tests, smoke runs and the digits job (half width, one block per stage)"
 
 
+def aims_at(name: str) -> str:
+    """The published top-1 of the preset's recipes (flags/), e.g. "79.1 native, 77.9 half"."""
+    from keras_efficientnet.models.presets import GRAPHCORE_TOP1, PAPER_TOP1
+
+    # Every row but the G1-GN baseline is fine-tuned; "fine-tuned" tells G1-GN's two apart.
+    words = {"baseline": "baseline", "half": "half",
+             "native": "fine-tuned native" if name.endswith("-g1-gn") else "native"}
+    found = [f"{top1:.1f} {words[recipe]}" for (preset, recipe), top1 in PAPER_TOP1.items()
+             if preset == name]
+    found += [f"~{top1:.1f} LARS (Graphcore, no fine-tune)"
+              for (preset, recipe), top1 in GRAPHCORE_TOP1.items() if preset == name]
+    return ", ".join(found) or "-"
+
+
 def rows() -> list[str]:
     import keras
 
@@ -47,14 +63,15 @@ def rows() -> list[str]:
         model = ke.EfficientNet.from_preset(name)
         purpose = TINY_PURPOSE if config["variant"] == "tiny" else PURPOSE[family]
         lines.append(f"| `{name}` | {model.count_params() / 1e6:.2f} M | "
-                     f"{ke.count_macs(model) / 1e9:.3f} G | {resolution} | {purpose} |")
+                     f"{ke.count_macs(model) / 1e9:.3f} G | {resolution} | {purpose} | "
+                     f"{aims_at(name)} |")
         print(lines[-1], file=sys.stderr, flush=True)
     return lines
 
 
 def table() -> str:
-    header = ["| preset | parameters | MACs per image | resolution | for |",
-              "|---|---|---|---|---|"]
+    header = ["| preset | parameters | MACs per image | resolution | for | ImageNet top-1 (%) "
+              "its recipes aim at |", "|---|---|---|---|---|---|"]
     return "\n".join(header + rows())
 
 

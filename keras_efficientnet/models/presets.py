@@ -80,3 +80,26 @@ def preset_name(config: dict) -> str | None:
     wanted = architecture(config)
     return next((name for name, values in PRESETS.items() if architecture(values) == wanted),
                 None)
+
+
+# ImageNet validation top-1 (%) of each row of Masters et al. (2021), read off the paper's
+# Figure 1 (about +/-0.05 points; its per-row tables were not available), keyed by preset and
+# recipe: "baseline" (G1-GN trained and tested at the native resolution, no fine-tune),
+# "native" and "half" (trained at the native or about half the pixels, then the head
+# fine-tuned 2 epochs at the native resolution). The flagfiles in flags/ aim at these.
+_FIGURE_1 = {
+    ("g1-gn", "baseline"): (76.2, 78.2, 79.2, 80.7, 82.0, 82.8),
+    ("g1-gn", "native"): (79.1, 80.8, 81.4, 82.1, 82.9, 83.4),
+    ("g16-gn", "native"): (79.1, 80.8, 81.5, 82.3, 83.2, 83.9),
+    ("g16-gn", "half"): (77.9, 80.0, 80.8, 81.7, 82.8, 83.6),
+    ("g16-lnpn", "native"): (79.4, 81.3, 81.8, 82.6, 83.4, 84.1),
+    ("g16-lnpn", "half"): (78.3, 80.5, 81.2, 82.0, 83.0, 83.8),
+}
+PAPER_TOP1: dict[tuple[str, str], float] = {
+    (f"efficientnet-{variant}-{family}", recipe): top1
+    for (family, recipe), row in _FIGURE_1.items()
+    for variant, top1 in zip(("b0", "b1", "b2", "b3", "b4", "b5"), row)
+}
+# Graphcore's application README, beside the paper: G16-GN B4 trained with LARS at batch 6144
+# and 380 px, validated without a fine-tune, "~82.6%".
+GRAPHCORE_TOP1: dict[tuple[str, str], float] = {("efficientnet-b4-g16-gn", "lars"): 82.6}

@@ -8,6 +8,7 @@ import pytest
 
 import keras_efficientnet as ke
 from keras_efficientnet.layers import ImageNormalization
+from keras_efficientnet.models.presets import PAPER_TOP1
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -82,3 +83,9 @@ def test_readme_preset_table_lists_every_preset():
     assert sorted(rows) == ke.list_presets()  # regenerate: python scripts/preset_table.py
     # keras.applications.EfficientNetB0: 5,330,571 parameters, 0.39 G multiply-accumulates.
     assert "| 5.33 M | 0.388 G | 224 |" in rows["efficientnet-b0-g1-bn"]
+    # The accuracy each preset's recipes aim at (the paper's Figure 1; Graphcore's B4 LARS run).
+    assert rows["efficientnet-b0-g1-gn"].endswith("| 76.2 baseline, 79.1 fine-tuned native |")
+    assert rows["efficientnet-b4-g16-gn"].endswith(
+        "| 83.2 native, 82.8 half, ~82.6 LARS (Graphcore, no fine-tune) |")
+    for (preset, recipe), top1 in PAPER_TOP1.items():
+        assert f"{top1:.1f} " in rows[preset].rsplit("|", 2)[1], (preset, recipe)

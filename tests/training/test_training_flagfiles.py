@@ -9,7 +9,7 @@ from absl import flags
 
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.models.efficientnet import SCALING
-from keras_efficientnet.models.presets import preset_config
+from keras_efficientnet.models.presets import GRAPHCORE_TOP1, PAPER_TOP1, preset_config
 
 pytestmark = pytest.mark.tf_only
 
@@ -30,7 +30,9 @@ def test_the_paper_presets_are_all_there():
         for family in ("g1-gn", "g16-gn", "g16-lnpn"):
             for resolution in ("native", "half"):
                 assert f"{variant}-{family}-{resolution}.flags" in names
-    assert {"default.flags", "smoke.flags", "b4-g16-gn-lars.flags"} <= names
+        assert f"{variant}-g1-gn-baseline.flags" in names
+    assert {"default.flags", "smoke.flags", "b4-g16-gn-lars.flags",
+            "b4-g16-gn-lars-finetuned-ours.flags"} <= names
 
 
 @pytest.mark.parametrize("path", FLAGFILES, ids=lambda p: p.name)
@@ -71,17 +73,61 @@ def test_recipe_numbers_of_two_presets():
     # Graphcore's "16.16" with stochastic rounding, in the fields the IPU plan reads.
     assert (lars.precision, lars.stochastic_rounding, lars.strategy) == ("float16", "on", "ipu")
     assert lars.plan.uses_stochastic_rounding and lars.plan.precision == "float16"
-    assert lars.mode == "train_and_finetune" and lars.finetune_global_batch_size == 504
-    assert lars.finetune_accumulation() == 21
+    # Graphcore's run: trained at 380 and validated, no fine-tune.
+    assert lars.mode == "train"
+    ours = _parse(FLAGS_DIR / "b4-g16-gn-lars-finetuned-ours.flags")
+    assert ours.mode == "train_and_finetune" and ours.finetune_global_batch_size == 504
+    assert ours.finetune_accumulation() == 21
+    flags_of = lambda name: [line for line in (FLAGS_DIR / name).read_text().splitlines()
+                             if line.startswith("--") and not line.startswith("--mode=")]
+    assert [line for line in flags_of("b4-g16-gn-lars-finetuned-ours.flags")
+            if not line.startswith("--finetune_")] == flags_of("b4-g16-gn-lars.flags")
 
 
-@pytest.mark.parametrize("path", [p for p in FLAGFILES if p.name[:2] in
-                                  ("b0", "b1", "b2", "b3", "b4", "b5")], ids=lambda p: p.name)
+PAPER_ROWS = [p for p in FLAGFILES if p.name[:2] in ("b0", "b1", "b2", "b3", "b4", "b5")]
+
+
+@pytest.mark.parametrize("path", PAPER_ROWS, ids=lambda p: p.name)
 def test_every_row_but_the_baseline_fine_tunes_at_the_test_size(path):
     config = _parse(path)
-    baseline = path.name.endswith("g1-gn-native.flags")
-    assert config.mode == ("train" if baseline else "train_and_finetune")
-    if path.name == "b4-g16-gn-lars.flags":
-        assert "# Graphcore's top-1 for this run: 82.6%" in path.read_text()
+    recipe = path.stem.split("-")[-1]
+    trains_only = recipe == "baseline" or path.name == "b4-g16-gn-lars.flags"
+    assert config.mode == ("train" if trains_only else "train_and_finetune")
+    assert (config.train_resolution == config.test_resolution) == (recipe != "half")
+
+
+# Hand-copied from the paper's Figure 1 as read in the developers' reference (not from
+# PAPER_TOP1): one row of each series.
+FIGURE_1 = {
+    "b0-g1-gn-baseline": 76.2, "b5-g1-gn-baseline": 82.8, "b3-g1-gn-native": 82.1,
+    "b2-g16-gn-native": 81.5, "b1-g16-gn-half": 80.0, "b4-g16-lnpn-native": 83.4,
+    "b0-g16-lnpn-half": 78.3, "b5-g16-lnpn-half": 83.8,
+}
+
+
+def test_paper_top1_holds_the_figure_1_readings():
+    assert len(PAPER_TOP1) == 6 * 6
+    for stem, top1 in FIGURE_1.items():
+        variant, rest = stem.split("-", 1)
+        family, recipe = rest.rsplit("-", 1)
+        assert PAPER_TOP1[(f"efficientnet-{variant}-{family}", recipe)] == top1, stem
+    for variant in ("b0", "b1", "b2", "b3", "b4", "b5"):  # the fine-tune beats the baseline
+        g1 = f"efficientnet-{variant}-g1-gn"
+        assert PAPER_TOP1[(g1, "native")] > PAPER_TOP1[(g1, "baseline")]
+    assert GRAPHCORE_TOP1 == {("efficientnet-b4-g16-gn", "lars"): 82.6}
+
+
+@pytest.mark.parametrize("path", PAPER_ROWS, ids=lambda p: p.name)
+def test_each_flagfile_names_the_accuracy_it_aims_at(path):
+    text = path.read_text()
+    config = _parse(path)
+    key = (config.model, path.stem.split("-")[-1])
+    if path.name.startswith("b4-g16-gn-lars"):
+        assert "~82.6%" in text
+        assert ("Ours, not Graphcore's" in text) == path.name.endswith("-ours.flags")
+    elif key in PAPER_TOP1:
+        assert (f"# Aims at {PAPER_TOP1[key]:.1f}% top-1 on ImageNet validation, read off the "
+                "paper's Figure 1") in text
     else:
-        assert "# The paper's top-1 for this row:" in path.read_text()
+        assert key[0].endswith("-g1-gn") and key[1] == "half", path.name
+        assert "# This recipe is ours" in text
