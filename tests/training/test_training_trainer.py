@@ -42,7 +42,7 @@ def _config(tmp_path, **changes):
     (dict(label_smoothing=1.5), r"--label_smoothing must be in \[0, 1\)"),
     (dict(train_resolution=16), "--train_resolution must be 0"),
     (dict(peer_timeout=0.0), "--peer_timeout must be > 0 seconds, received 0.0"),
-    (dict(peer_timeout=float("nan")), "--peer_timeout must be > 0 seconds, received nan"),
+    (dict(peer_timeout=float("nan")), "--peer_timeout must be a finite number, received nan"),
 ])
 def test_bad_flags_name_the_flag_and_the_valid_values(changes, match):
     with pytest.raises(ValueError, match=match):
