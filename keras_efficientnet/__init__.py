@@ -20,8 +20,8 @@ import sys
 __version__ = "0.1.0"
 
 # Modules run with `python -m` and console scripts that check their flags before Keras loads.
-CLI_MODULES = ("keras_efficientnet.train",)
-CLI_SCRIPTS = ("keras-efficientnet-train",)
+CLI_MODULES = ("keras_efficientnet.train", "keras_efficientnet.predict")
+CLI_SCRIPTS = ("keras-efficientnet-train", "keras-efficientnet-predict")
 
 # Modules whose classes Keras must find by name when it loads a saved model: every public layer,
 # the EfficientNet model, every optimizer and learning-rate schedule.
@@ -29,6 +29,7 @@ _SERIALIZABLE_MODULES = ("layers", "models", "optimizers")
 _LAZY_SUBMODULES = ("datasets", "training", "distribute", "cli")
 _LAZY_NAMES = {"EfficientNet": "keras_efficientnet.models.efficientnet",
                "count_macs": "keras_efficientnet.models.macs",
+               "decode_predictions": "keras_efficientnet.models.imagenet_classes",
                "list_presets": "keras_efficientnet.models.presets"}
 
 
@@ -76,5 +77,5 @@ def __getattr__(name):
 if not started_as_cli():
     import_all()
 
-__all__ = ["EfficientNet", "count_macs", "list_presets", *_SERIALIZABLE_MODULES,
-           *_LAZY_SUBMODULES]
+__all__ = ["EfficientNet", "count_macs", "decode_predictions", "list_presets",
+           *_SERIALIZABLE_MODULES, *_LAZY_SUBMODULES]

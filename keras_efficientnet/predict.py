@@ -1,62 +1,184 @@
-"""`python -m keras_efficientnet.predict --model=MODEL.keras IMAGE...`: top-5 classes per image.
+"""`keras-efficientnet-predict --model=MODEL.keras PATH...`: the top classes of each image.
 
-Each image is read as a training run evaluates: decoded (JPEG, PNG, BMP or GIF), its short side
-resized to `resolution x 256/224`, the centre square cropped to the model's resolution, uint8.
-Class names come from `--class_names`, else from the `class_names.json` that training writes
-beside `model.keras`; without them classes print as their index.
+PATHs are image files or folders (searched recursively for .jpg, .jpeg, .png, .bmp and .gif).
+Each image is read as a training run evaluates it: decoded, its short side resized to
+`resolution x 256/224`, the centre square cropped to the model's resolution, uint8; images go
+to the model `--batch_size` at a time. Class names come from `--class_names`, else from the
+`class_names.json` that training writes beside `model.keras`, else, for a 1000-class model, from
+ImageNet's (package data, `ke.decode_predictions`); otherwise classes print as their index.
+
+Everything a user can get wrong is checked before TensorFlow loads (in well under a second):
+the flags, that the model is a Keras zip with a classifier head, that every path exists and
+every file starts like an image. Each failure is one line naming the file. Exit status: 0 done,
+2 bad input (flags, paths, files that are not images or not models; the readable images are
+still predicted and written), 1 a failure on the way (an output that cannot be written).
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
+import io
 import json
+import os
 import sys
+import zipfile
 from pathlib import Path
-
-import numpy as np
-from absl import flags
 
 from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO
 
 CLASS_NAMES_FILE = "class_names.json"  # as keras_efficientnet.training.export writes it
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# The first bytes of each format TensorFlow's decode_image reads.
+IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+OUTPUT_SUFFIXES = (".csv", ".jsonl")
+BAD_INPUT, FAILED = 2, 1
 
 
-def _flags() -> flags.FlagValues:
-    # Its own FlagValues: the training command defines `--model` (a preset) in absl's global one.
-    values = flags.FlagValues()
-    flags.DEFINE_string("model", None, "A .keras model file, e.g. runs/default/model.keras.",
-                        flag_values=values)
-    flags.DEFINE_string("class_names", "", "JSON file with a list of class names in label "
-                        "order; empty = class_names.json beside the model, if there is one.",
-                        flag_values=values)
-    flags.DEFINE_integer("top_k", 5, "Classes to print per image.", lower_bound=1,
-                         flag_values=values)
-    flags.DEFINE_integer("resolution", 0, "Input resolution for models that take any size; "
-                         "0 = the model's.", lower_bound=0, flag_values=values)
-    flags.DEFINE_float("resize_ratio", EVAL_RESIZE_RATIO, "Resize the short side to resolution "
-                       "x this before the centre crop (as evaluation does).", lower_bound=1.0,
-                       flag_values=values)
-    return values
+class BadInput(ValueError):
+    """A problem with the command's input: one line, exit status 2."""
 
 
-def _class_names(values: flags.FlagValues, model_path: Path) -> list[str] | None:
-    path = Path(values.class_names) if values.class_names else model_path.with_name(
-        CLASS_NAMES_FILE)
-    if not path.is_file():
-        if values.class_names:
-            raise ValueError(f"--class_names={values.class_names!r}: no such file")
-        return None
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse prints usage and exits; one line instead
+        raise BadInput(f"{message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="keras-efficientnet-predict", description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="image files or folders")
+    parser.add_argument("--model", help="a .keras model file, e.g. runs/default/model.keras "
+                        "(required)")
+    parser.add_argument("--output", default="", help="also write the predictions to FILE.csv "
+                        "(one row per image) or FILE.jsonl (one JSON object per image)")
+    parser.add_argument("--top_k", type=int, default=5, help="classes per image")
+    parser.add_argument("--batch_size", type=int, default=32, help="images per model call")
+    parser.add_argument("--class_names", default="", help="JSON list of class names in label "
+                        "order, or 'imagenet'; empty = class_names.json beside the model, else "
+                        "ImageNet's for a 1000-class model")
+    parser.add_argument("--resolution", type=int, default=0, help="input resolution for models "
+                        "that take any size; 0 = the model's")
+    parser.add_argument("--resize_ratio", type=float, default=EVAL_RESIZE_RATIO, help="resize the short "
+                        "side to resolution x this before the centre crop (as evaluation does)")
+    parser.add_argument("--verbosity", type=int, default=0, help="0 keeps TensorFlow's start-up "
+                        "logs quiet; 1 shows its warnings, 2 everything")
+    return parser
+
+
+def _check_numbers(args) -> None:
+    for name, low in (("top_k", 1), ("batch_size", 1), ("resolution", 0)):
+        if getattr(args, name) < low:
+            raise BadInput(f"--{name}={getattr(args, name)}: must be at least {low}")
+    if args.resize_ratio < 1.0:
+        raise BadInput(f"--resize_ratio={args.resize_ratio}: must be at least 1.0")
+    if args.output and Path(args.output).suffix.lower() not in OUTPUT_SUFFIXES:
+        raise BadInput(f"--output={args.output!r}: give a .csv or .jsonl file")
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        raise BadInput(f"--output={args.output!r}: folder {str(Path(args.output).parent)!r} "
+                       "does not exist")
+
+
+def check_model_file(path: str | None) -> dict:
+    """The Keras config stored in a `.keras` file; BadInput unless it is a Keras zip of a model
+    with a classifier head (as far as the stored config tells)."""
+    if not path:
+        raise BadInput("--model is required: a .keras file, e.g. "
+                       "--model=runs/default/model.keras")
+    if not Path(path).is_file():
+        raise BadInput(f"--model={path!r}: no such file")
+    if Path(path).suffix != ".keras":
+        raise BadInput(f"--model={path!r} is not a .keras file (what training writes, e.g. "
+                       "runs/NAME/model.keras)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError):
+        raise BadInput(f"{path}: not a Keras model file (a .keras file is a zip archive with a "
+                       "config.json; this one is not)") from None
+    inner = config.get("config", {}) if isinstance(config, dict) else {}
+    if inner.get("include_top") is False:
+        raise BadInput(f"{path}: no classifier head (built with include_top=False, it outputs "
+                       "features); predict needs a model that outputs class scores")
+    return config
+
+
+def expand_paths(paths: list[str]) -> list[Path]:
+    """Files as given, folders as their image files (recursive, sorted); BadInput for a path
+    that does not exist or a folder without images."""
+    if not paths:
+        raise BadInput("no images given: keras-efficientnet-predict --model=MODEL.keras "
+                       "IMAGE_OR_FOLDER [...]")
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*")
+                           if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            if not found:
+                raise BadInput(f"{path}: folder holds no {', '.join(IMAGE_SUFFIXES)} files")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise BadInput(f"{path}: no such file or folder")
+    return files
+
+
+def not_an_image(path: Path) -> str | None:
+    """Why `path` cannot be an image TensorFlow decodes, judged by its first bytes, or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as error:
+        return f"{path}: cannot be read ({error.strerror})"
+    if not head.startswith(IMAGE_SIGNATURES):
+        return f"{path}: not an image (expected JPEG, PNG, BMP or GIF)"
+    return None
+
+
+def _read_names(path: Path) -> list[str]:
     try:
         names = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not a JSON list of class names ({error})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BadInput(f"{path}: not a JSON list of class names ({error})") from None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{path}: expected a JSON list of class names (strings)")
+        raise BadInput(f"{path}: expected a JSON list of class names (strings)")
     return names
 
 
-def _probabilities(outputs: np.ndarray) -> np.ndarray:
-    # A model whose classifier emits logits (e.g. built with classifier_activation=None): its
-    # rows are not distributions, so softmax them.
+def class_names_for(option: str, model_path: Path) -> list[str] | str | None:
+    """The names from --class_names or beside the model; "imagenet" where ImageNet's apply
+    (decided once the model's class count is known); None for none."""
+    if option == "imagenet":
+        return "imagenet"
+    if option:
+        if not Path(option).is_file():
+            raise BadInput(f"--class_names={option!r}: no such file")
+        return _read_names(Path(option))
+    beside = model_path.with_name(CLASS_NAMES_FILE)
+    return _read_names(beside) if beside.is_file() else None
+
+
+def _resolve_names(names, classes: int, model_path: Path, option: str) -> list[str] | None:
+    from keras_efficientnet.models.imagenet_classes import NUM_CLASSES, imagenet_class_names
+
+    if names == "imagenet" or (names is None and classes == NUM_CLASSES):
+        if classes != NUM_CLASSES:
+            raise BadInput(f"--class_names=imagenet: {model_path} has {classes} classes, "
+                           f"not ImageNet's {NUM_CLASSES}")
+        return imagenet_class_names()
+    if names is not None and len(names) != classes:
+        where = f"--class_names={option!r}" if option else str(
+            model_path.with_name(CLASS_NAMES_FILE))
+        raise BadInput(f"{where}: {len(names)} class names for a model of {classes} classes")
+    return names
+
+
+def _probabilities(outputs):
+    # A model whose classifier emits logits (built with classifier_activation=None): its rows
+    # are not distributions, so softmax them.
+    import numpy as np
+
     outputs = np.asarray(outputs, np.float64)
     if outputs.min() >= 0 and np.allclose(outputs.sum(axis=-1), 1.0, atol=1e-3):
         return outputs
@@ -64,66 +186,166 @@ def _probabilities(outputs: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def predict(model, image_paths: list[str], resolution: int,
-            resize_ratio: float = EVAL_RESIZE_RATIO) -> np.ndarray:
-    """Class probabilities `[images, classes]` of `model` for the image files."""
+def read_images(paths: list[Path], resolution: int, resize_ratio: float):
+    """(uint8 crops `[n, resolution, resolution, 3]` of the files that decode, their paths,
+    one line per file that does not)."""
+    import numpy as np
     import tensorflow as tf
 
     from keras_efficientnet.datasets.preprocessing import center_crop
 
-    images = np.stack([center_crop(tf.io.read_file(path), resolution, resize_ratio).numpy()
-                       for path in image_paths])
+    crops, good, failures = [], [], []
+    for path in paths:
+        try:
+            crops.append(center_crop(tf.io.read_file(str(path)), resolution,
+                                     resize_ratio).numpy())
+            good.append(path)
+        except (tf.errors.InvalidArgumentError, tf.errors.OpError) as error:
+            reason = (error.message or type(error).__name__).strip().splitlines()[0]
+            failures.append(f"{path}: not an image TensorFlow can decode ({reason})")
+    shape = (0, resolution, resolution, 3)
+    return (np.stack(crops) if crops else np.zeros(shape, np.uint8)), good, failures
+
+
+def predict(model, image_paths, resolution: int, resize_ratio: float = EVAL_RESIZE_RATIO):
+    """Class probabilities `[images, classes]` of `model` for the image files (all must
+    decode)."""
+    images, _, failures = read_images([Path(p) for p in image_paths], resolution, resize_ratio)
+    if failures:
+        raise ValueError(failures[0])
     return _probabilities(model.predict(images, verbose=0))
 
 
-def format_top_k(path: str, probabilities: np.ndarray, k: int,
-                 names: list[str] | None) -> str:
-    """`path` then one line per class: rank, name (or index) and probability."""
-    lines = [path]
-    for rank, index in enumerate(np.argsort(-probabilities, kind="stable")[:k], start=1):
-        label = names[index] if names and index < len(names) else f"class {index}"
-        lines.append(f"  {rank}. {label:<24} {probabilities[index]:.4f}")
+def top_k_rows(paths, probabilities, k: int, names: list[str] | None) -> list[dict]:
+    """One record per image: its path and its k best classes (index, name, probability)."""
+    import numpy as np
+
+    rows = []
+    for path, row in zip(paths, probabilities):
+        best = np.argsort(-row, kind="stable")[:k]
+        rows.append({"path": str(path), "top_k": [
+            {"index": int(i), "name": names[i] if names else f"class {i}",
+             "probability": round(float(row[i]), 6)} for i in best]})
+    return rows
+
+
+def format_top_k(record: dict) -> str:
+    """The path, then one line per class: rank, name (or index) and probability."""
+    lines = [record["path"]]
+    for rank, top in enumerate(record["top_k"], start=1):
+        lines.append(f"  {rank}. {top['name']:<24} {top['probability']:.4f}")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    values = _flags()
-    try:
-        images = values(sys.argv if argv is None else argv)[1:]
-        if not values.model:
-            raise ValueError("--model is required: a .keras file, e.g. "
-                             "--model=runs/default/model.keras")
-        model_path = Path(values.model)
-        if not model_path.is_file() or model_path.suffix != ".keras":
-            raise ValueError(f"--model={values.model!r} is not a .keras file")
-        if not images:
-            raise ValueError("no images given: python -m keras_efficientnet.predict "
-                             "--model=MODEL.keras IMAGE [IMAGE ...]")
-        missing = [path for path in images if not Path(path).is_file()]
-        if missing:
-            raise ValueError(f"no such image file: {', '.join(missing)}")
-        names = _class_names(values, model_path)
-    except (flags.Error, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+def render_output(records: list[dict], suffix: str) -> str:
+    """CSV (path, then name, index and probability of each rank) or JSON lines."""
+    if suffix == ".jsonl":
+        return "".join(json.dumps(record) + "\n" for record in records)
+    k = max((len(r["top_k"]) for r in records), default=0)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["path"] + [f"{what}_{rank}" for rank in range(1, k + 1)
+                                for what in ("class", "index", "probability")])
+    for record in records:
+        writer.writerow([record["path"]] + [value for top in record["top_k"] for value in (
+            top["name"], top["index"], f"{top['probability']:.6f}")])
+    return text.getvalue()
 
+
+def _quiet_start(verbosity: int) -> None:
+    # TensorFlow's C++ start-up lines (CPU features, oneDNN, CUDA probing) unless asked for.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", str(max(0, 2 - verbosity)))
+
+
+def _check_inputs(args):
+    _check_numbers(args)
+    config = check_model_file(args.model)
+    files = expand_paths(args.paths)
+    names = class_names_for(args.class_names, Path(args.model))
+    return config, files, names
+
+
+def _load(args, names):
     import keras
 
-    # Safe mode on; the package's classes are registered: `-m` imported the package first.
-    model = keras.models.load_model(model_path)
-    resolution = values.resolution or model.input_shape[1]
+    import keras_efficientnet
+
+    keras_efficientnet.import_all()  # registers the package's classes (safe mode stays on)
+    try:
+        model = keras.models.load_model(args.model)
+    except Exception as error:  # a damaged zip, unknown classes: one line, not Keras' report
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise BadInput(f"{args.model}: Keras cannot load this model ({reason})") from None
+    shape = model.output_shape
+    if isinstance(shape, list) or len(shape) != 2:
+        raise BadInput(f"{args.model}: no classifier head (its output has shape {shape}); "
+                       "predict needs a model that outputs class scores [batch, classes]")
+    resolution = args.resolution or model.input_shape[1]
     if resolution is None:
-        print(f"error: {model_path} takes any resolution; give --resolution", file=sys.stderr)
-        return 2
-    probabilities = predict(model, images, resolution, values.resize_ratio)
-    if names is not None and len(names) != probabilities.shape[-1]:
-        print(f"error: {len(names)} class names for a model of {probabilities.shape[-1]} "
-              "classes; give the right --class_names", file=sys.stderr)
-        return 2
-    k = min(values.top_k, probabilities.shape[-1])
-    for path, row in zip(images, probabilities):
-        print(format_top_k(path, row, k, names))
-    return 0
+        raise BadInput(f"{args.model} takes any resolution; give --resolution")
+    names = _resolve_names(names, shape[-1], Path(args.model), args.class_names)
+    return model, resolution, names
+
+
+def _predict_all(model, files, resolution, args, names):
+    records, failures, dark = [], [], []
+    for start in range(0, len(files), args.batch_size):
+        images, good, failed = read_images(files[start:start + args.batch_size], resolution,
+                                           args.resize_ratio)
+        failures += failed
+        if not good:
+            continue
+        dark += [p for p, image in zip(good, images) if image.max() <= 1]
+        probabilities = _probabilities(model.predict_on_batch(images))
+        k = min(args.top_k, probabilities.shape[-1])
+        records += top_k_rows(good, probabilities, k, names)
+    if dark:  # an image saved from floats in [0, 1] without x255 is black in uint8
+        print(f"warning: {dark[0]}" + (f" and {len(dark) - 1} more" if len(dark) > 1 else "") +
+              ": every pixel is 0 or 1; were they saved from floats in [0, 1] without "
+              "multiplying by 255?", file=sys.stderr)
+    return records, failures
+
+
+def _write(records, args) -> None:
+    from keras_efficientnet.atomic import write_atomically
+
+    if args.output:
+        write_atomically(args.output, render_output(records, Path(args.output).suffix.lower()))
+        print(f"wrote {len(records)} predictions to {args.output}")
+    else:
+        for record in records:
+            print(format_top_k(record))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status."""
+    argv = sys.argv if argv is None else argv
+    try:
+        args = build_parser().parse_args(argv[1:])
+        _quiet_start(args.verbosity)
+        _, files, names = _check_inputs(args)
+        unreadable = [line for line in map(not_an_image, files) if line]
+        files = [f for f in files if not_an_image(f) is None]
+        for line in unreadable:
+            print(f"error: {line}", file=sys.stderr)
+        if not files:
+            return BAD_INPUT
+        model, resolution, names = _load(args, names)
+        records, failures = _predict_all(model, files, resolution, args, names)
+    except BadInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    for line in failures:
+        print(f"error: {line}", file=sys.stderr)
+    try:
+        _write(records, args)
+    except OSError as error:
+        print(f"error: --output={args.output!r}: cannot be written ({error.strerror or error})",
+              file=sys.stderr)
+        return FAILED
+    return BAD_INPUT if unreadable or failures else 0
 
 
 def run() -> None:

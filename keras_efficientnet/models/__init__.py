@@ -15,6 +15,11 @@ from keras_efficientnet.models.architecture import (
     round_filters,
     round_repeats,
 )
+from keras_efficientnet.models.imagenet_classes import (
+    decode_predictions,
+    imagenet_class_names,
+    imagenet_classes,
+)
 from keras_efficientnet.models.presets import PRESETS, list_presets, preset_config, preset_name
 
 _KERAS_MODULES = {"EfficientNet": "efficientnet", "count_macs": "macs", "layer_macs": "macs"}
@@ -29,6 +34,7 @@ def __getattr__(name):
 
 __all__ = [
     "B0_STAGES", "PRESETS", "SCALING", "VARIANTS", "BlockSpec", "EfficientNet", "block_specs",
-    "count_macs", "layer_macs", "list_presets", "preset_config", "preset_name", "round_filters",
+    "count_macs", "decode_predictions", "imagenet_class_names", "imagenet_classes", "layer_macs",
+    "list_presets", "preset_config", "preset_name", "round_filters",
     "round_repeats",
 ]

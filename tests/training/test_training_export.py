@@ -194,20 +194,3 @@ def test_a_training_run_writes_the_fine_tuned_model_and_its_export(tmp_path):
     images = np.zeros((1, SIZE, SIZE, 3), "uint8")
     np.testing.assert_allclose(saved.predict(images, verbose=0),
                                _softmax(tuned.predict(images, verbose=0)), rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("argv,message", [
-    ([], "--model is required"),
-    (["--model=missing.keras", "x.png"], "--model='missing.keras' is not a .keras file"),
-    (["--model={model}"], "no images given"),
-    (["--model={model}", "nope.png"], "no such image file: nope.png"),
-    (["--model={model}", "--class_names=none.json", "{image}"],
-     "--class_names='none.json': no such file"),
-    (["--top_k=0"], "--top_k"),
-])
-def test_predict_rejects_bad_input_in_one_line_before_loading(outputs, capsys, argv, message):
-    model = Path(outputs["config"].model_dir) / "model.keras"
-    argv = [a.format(model=model, image=outputs["files"]["validation"][0]) for a in argv]
-    assert predict.main(["predict", *argv]) == 2
-    error = capsys.readouterr().err
-    assert error.startswith("error: ") and message in error and error.count("\n") == 1
