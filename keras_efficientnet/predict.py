@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "ImageNet's for a 1000-class model")
     parser.add_argument("--resolution", type=int, default=0, help="input resolution for models "
                         "that take any size; 0 = the model's")
-    parser.add_argument("--resize_ratio", type=float, default=EVAL_RESIZE_RATIO, help="resize the short "
-                        "side to resolution x this before the centre crop (as evaluation does)")
+    parser.add_argument("--resize_ratio", type=float, default=EVAL_RESIZE_RATIO,
+                        help="resize the short side to resolution x this before the centre "
+                        "crop (as evaluation does)")
     parser.add_argument("--verbosity", type=int, default=0, help="0 keeps TensorFlow's start-up "
                         "logs quiet; 1 shows its warnings, 2 everything")
     return parser
