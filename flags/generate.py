@@ -196,7 +196,7 @@ LARS_B4_FINETUNED_OURS = lars_b4_header(
 
 DEFAULT = """\
 # The embedded default job (`make train`): a tiny G16 EfficientNet with LayerNorm + Proxy Norm
-# trained on scikit-learn's 1797 real handwritten digits (written once as PNGs under data/digits
+# trained on scikit-learn's 1797 real handwritten digits (written once as PNGs under ~/.cache
 # and read through the same file pipeline as any image folder). The paper's recipe in
 # miniature: train at reduced resolution (64px) with scale-augmenting crops, average the
 # per-epoch weights, fine-tune the head block (head conv, its norm, classifier) for 3 epochs at

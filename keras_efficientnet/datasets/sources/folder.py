@@ -1,0 +1,162 @@
+"""`folder:PATH`: an image folder `PATH/<split>/<class>/**/*.jpg|png|...`, labels by class."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from keras_efficientnet.datasets.sources.base import DatasetInfo, Reader, Records
+
+# Files an image folder may hold (compared lower-case); anything else in it is not listed.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# Seed of the fixed order in which unshuffled (evaluation) reads list an image folder.
+EVAL_ORDER_SEED = 20210607
+# A listing is reused (a run asks for a split's size first, then reads it) only while every
+# folder it read keeps its modification time, and only if each was last changed this long
+# before the listing began: a later change then shows as a newer time even where the file
+# system's clock is coarse (the rule git uses for its index).
+SETTLED_SECONDS = 2.0
+MAX_LISTINGS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """One split of an image folder: image paths, their labels, the class names, and the
+    modification time (ns) of every folder read to list them."""
+
+    paths: tuple[str, ...]
+    labels: tuple[int, ...]
+    classes: tuple[str, ...]
+    folders: tuple[tuple[str, int], ...]
+    settled: bool
+
+    def unchanged(self) -> bool:
+        try:
+            return self.settled and all(os.stat(folder).st_mtime_ns == mtime
+                                        for folder, mtime in self.folders)
+        except OSError:
+            return False
+
+
+_LISTINGS: dict[tuple[str, str, str], Listing] = {}
+_LOCK = threading.Lock()
+
+
+def _subfolders(directory: Path, folders: list) -> list[str]:
+    folders.append((str(directory), os.stat(directory).st_mtime_ns))
+    return sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
+
+
+def _check_same_classes(root: Path, split: str, splits: list[str], classes: list[str],
+                        folders: list) -> None:
+    for other in splits:
+        other_classes = _subfolders(root / other, folders) if other != split else classes
+        if other_classes and other_classes != classes:
+            only_here = sorted(set(classes) - set(other_classes))
+            only_there = sorted(set(other_classes) - set(classes))
+            raise ValueError(
+                f"class folders differ between splits of {str(root)!r}: only in {split!r}: "
+                f"{only_here}; only in {other!r}: {only_there}. Every split needs the same class "
+                f"folders so that labels mean the same thing")
+
+
+def _images_under(folder: Path, folders: list) -> list[str]:
+    found = []
+    for directory, subdirs, files in os.walk(folder):
+        subdirs.sort()  # os.walk visits in this order: keeps the listing deterministic.
+        folders.append((directory, os.stat(directory).st_mtime_ns))
+        found += [os.path.join(directory, f) for f in sorted(files)
+                  if f.lower().endswith(IMAGE_EXTENSIONS)]
+    return found
+
+
+def _list(root: Path, split: str) -> Listing:
+    started = time.time()
+    if not root.is_dir():
+        raise FileNotFoundError(f"image folder {str(root)!r} does not exist; expected the layout "
+                                f"{root}/<split>/<class>/*.jpg (or .png)")
+    folders: list[tuple[str, int]] = []
+    splits = _subfolders(root, folders)
+    split_dir = root / split
+    if not split_dir.is_dir():
+        raise ValueError(f"split {split!r} not found in image folder {str(root)!r}; "
+                         f"available splits: {splits}")
+    classes = _subfolders(split_dir, folders)
+    if not classes:
+        raise ValueError(f"split {split!r} of {str(root)!r} has no class folders; expected "
+                         f"{split_dir}/<class>/*.jpg")
+    _check_same_classes(root, split, splits, classes, folders)
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        found = _images_under(split_dir / name, folders)
+        paths += found
+        labels += [label] * len(found)
+    if not paths:
+        raise ValueError(f"split {split!r} of {str(root)!r} has no images "
+                         f"({', '.join('*' + e for e in IMAGE_EXTENSIONS)}) in its "
+                         f"{len(classes)} class folders")
+    settled = max(mtime for _, mtime in folders) < (started - SETTLED_SECONDS) * 1e9
+    return Listing(tuple(paths), tuple(labels), tuple(classes), tuple(folders), settled)
+
+
+def folder_listing(root: str | os.PathLike, split: str) -> Listing:
+    """The listing of `root/<split>`, walked once and reused while the folders are unchanged
+    (see SETTLED_SECONDS). Labels index the sorted class folder names; every other split
+    folder under `root` that has class folders must have the same ones."""
+    key = (os.path.abspath(root), os.fspath(root), split)
+    with _LOCK:
+        listing = _LISTINGS.get(key)
+    if listing is not None and listing.unchanged():
+        return listing
+    listing = _list(Path(root), split)
+    with _LOCK:
+        _LISTINGS.pop(key, None)
+        _LISTINGS[key] = listing
+        while len(_LISTINGS) > MAX_LISTINGS:
+            _LISTINGS.pop(next(iter(_LISTINGS)))
+    return listing
+
+
+def list_image_folder(root: str | os.PathLike,
+                      split: str) -> tuple[list[str], list[int], list[str]]:
+    """Lists `root/<split>/<class>/**/*.jpg|png|...` as (paths, labels, class names)."""
+    listing = folder_listing(root, split)
+    return list(listing.paths), list(listing.labels), list(listing.classes)
+
+
+class FolderReader(Reader):
+    """Reads `folder:PATH`. Unshuffled (evaluation) reads come in a fixed random order rather
+    than sorted by class, so that reading only the first batches samples every class."""
+
+    usage = "'folder:PATH'"
+    example = "folder:/data/photos"
+
+    def root(self) -> str | os.PathLike:
+        return self.argument
+
+    def info(self, split: str) -> DatasetInfo:
+        listing = folder_listing(self.root(), split)
+        return DatasetInfo(self.source, split, len(listing.paths), len(listing.classes),
+                           listing.classes)
+
+    def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
+                image_size=224) -> Records:
+        listing = folder_listing(self.root(), split)
+        info = DatasetInfo(self.source, split, len(listing.paths), len(listing.classes),
+                           listing.classes)
+        paths, labels = list(listing.paths), np.asarray(listing.labels, np.int32)
+        if not shuffle_files:
+            # The listing is sorted by class: its first N files are one or two classes. A fixed
+            # permutation makes every prefix (what --eval_steps reads) a uniform random
+            # sample, the same in every run.
+            order = np.random.default_rng(EVAL_ORDER_SEED).permutation(len(paths))
+            paths, labels = [paths[i] for i in order], labels[order]
+        dataset = tf.data.Dataset.from_tensor_slices(
+            {"name": paths, "data": paths, "label": labels})
+        return Records(dataset, info, data_is_path=True)
