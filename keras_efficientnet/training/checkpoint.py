@@ -1,19 +1,32 @@
 """Atomic checkpoints at epoch ends and mid-epoch: weights, optimizer, random-number and metric
-state, trainer state; the newest N kept, and never the last good one dropped."""
+state, trainer state; the newest N kept, and never the last good one dropped.
+
+Each checkpoint folder carries `manifest.json`, written last inside the atomic rename: every
+file's name, size and SHA-256, and the state it was written in (epoch, batch, whether the loss
+was healthy). A resume verifies the newest checkpoint against it (`CheckpointManager.
+resume_point`) and moves a damaged one aside to `damaged/`; nothing is followed out of the
+checkpoints folder (`LATEST` and every name must resolve inside it).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from keras_efficientnet import atomic
 from keras_efficientnet.atomic import fsync_directory as _fsync_dir
 from keras_efficientnet.atomic import write_atomically
+
+log = logging.getLogger("keras_efficientnet")
 
 LATEST = "LATEST"
 PREFIX = "epoch-"
@@ -27,6 +40,10 @@ RNG = "rng.npz"
 # mean as the uninterrupted one.
 METRICS = "metrics.npz"
 STATE = "state.json"
+# Written last: every other file's name, size and SHA-256, and epoch, batch and health.
+MANIFEST = "manifest.json"
+# Where a resume moves checkpoints that fail verification (never deleted).
+DAMAGED = "damaged"
 # Left by interrupted saves: the temporary folder, a replaced folder on its way out, and the
 # temporary file of the LATEST pointer.
 TEMPORARY = (".tmp-", ".trash-", f".{LATEST}.")
@@ -46,12 +63,12 @@ class CheckpointWriteError(OSError):
         return self.message
 
 
+class NoIntactCheckpointError(ValueError):
+    """Checkpoints were found to resume from, but none passed verification."""
+
+
 def _reason(error: OSError) -> str:
-    # h5py puts the OS error inside a long report: "... error message = 'No space left ...'".
-    found = re.search(r"error message = '([^']*)'", str(error))
-    if error.strerror and not found:
-        return error.strerror
-    return found[1] if found else str(error)[:200]
+    return atomic._reason(error)
 
 
 def checkpoint_name(epoch: int, batch: int = 0) -> str:
@@ -94,6 +111,85 @@ def _load_arrays(path: Path) -> list[np.ndarray]:
         return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path, epoch: int, batch: int, healthy: bool) -> None:
+    """Writes `folder/manifest.json` (flushed) describing every other file in `folder`."""
+    files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(folder.iterdir()) if p.name != MANIFEST}
+    with open(folder / MANIFEST, "w") as f:
+        json.dump({"epoch": epoch, "batch": batch, "healthy": healthy, "files": files}, f,
+                  indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_manifest(folder: str | os.PathLike) -> dict:
+    """The manifest of a checkpoint folder (OSError or ValueError when unreadable)."""
+    with open(Path(folder) / MANIFEST) as f:
+        manifest = json.load(f)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise ValueError("not a manifest (no 'files' table)")
+    return manifest
+
+
+def _file_problem(folder: Path, name: str, expected) -> str | None:
+    path = folder / name
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return f"{name} is missing"
+    if not stat.S_ISREG(mode):
+        return f"{name} is not a regular file (a link or folder)"
+    if not isinstance(expected, dict):
+        return f"the manifest's entry of {name} is unreadable"
+    size = os.stat(path).st_size
+    if size != expected.get("size"):
+        return f"{name} has {size} bytes, the manifest says {expected.get('size')}"
+    if _sha256(path) != expected.get("sha256"):
+        return f"{name} does not match its SHA-256 in the manifest (changed after writing)"
+    return None
+
+
+def verify(folder: str | os.PathLike) -> str | None:
+    """Why a checkpoint folder cannot be trusted (a file missing, resized, changed or
+    unlisted, or the manifest unreadable or written for another position), or None when it is
+    intact. Reads every file once."""
+    folder = Path(folder)
+    try:
+        manifest = read_manifest(folder)
+    except FileNotFoundError:
+        return f"{MANIFEST} is missing (not written by this version, or tampered with)"
+    except (OSError, ValueError) as error:
+        return f"{MANIFEST} is unreadable ({str(error).splitlines()[0][:120]})"
+    if (manifest.get("epoch"), manifest.get("batch")) != position_of(folder):
+        return (f"{MANIFEST} was written for epoch {manifest.get('epoch')} batch "
+                f"{manifest.get('batch')}, not for this folder's position")
+    listed = manifest["files"]
+    for name in sorted(listed):
+        problem = _file_problem(folder, name, listed[name])
+        if problem:
+            return problem
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in listed
+                   and p.name != MANIFEST)
+    return f"{', '.join(extra)} not in its manifest" if extra else None
+
+
+def is_healthy(folder: str | os.PathLike) -> bool:
+    """Whether the loss looked healthy when `folder` was written: from its manifest (a folder
+    without a readable one counts as not healthy: it is never resumed from)."""
+    try:
+        return bool(read_manifest(folder).get("healthy", False))
+    except (OSError, ValueError):
+        return False
+
+
 def rng_variables(model) -> list:
     """The model's variables that its weights file leaves out: random-generator states."""
     weights = {id(w) for w in model.weights}
@@ -132,23 +228,93 @@ class CheckpointManager:
         self.directory = Path(directory)
         self.keep = keep
 
-    def all(self) -> list[Path]:
-        """Complete checkpoints, oldest first."""
+    def _entries(self) -> list[Path]:
+        """Every entry named like a checkpoint (links and files too), oldest first."""
         if not self.directory.is_dir():
             return []
-        found = [p for p in self.directory.iterdir()
-                 if position_of(p) is not None and (p / STATE).is_file()]
-        return sorted(found, key=position_of)
+        return sorted((p for p in self.directory.iterdir() if position_of(p) is not None),
+                      key=position_of)
+
+    def all(self) -> list[Path]:
+        """Checkpoint folders, oldest first: real folders of this directory, no links."""
+        return [p for p in self._entries() if not p.is_symlink() and p.is_dir()]
 
     def latest(self) -> Path | None:
-        """The checkpoint `LATEST` names; without a valid pointer, the newest healthy one."""
-        pointer = self.directory / LATEST
-        if pointer.is_file():
-            path = self.directory / pointer.read_text().strip()
-            if position_of(path) is not None and (path / STATE).is_file():
-                return path
-        healthy = [p for p in self.all() if self.read_state(p).get("healthy", True)]
+        """The newest checkpoint whose manifest says the loss was healthy (not verified: see
+        `resume_point`). `LATEST` names it too, for people and other tools; the choice never
+        depends on it."""
+        healthy = [p for p in self.all() if is_healthy(p)]
         return healthy[-1] if healthy else None
+
+    def _outside(self, path: Path) -> str | None:
+        """Why a checkpoint name does not stay inside this directory, or None."""
+        if path.is_symlink():
+            target = path.resolve()
+            if target.parent != self.directory.resolve():
+                return f"it is a link to {target}, outside {self.directory}"
+            return f"it is a link (to {target})"
+        return None if path.is_dir() else "it is not a folder"
+
+    def _move_damaged(self, path: Path) -> Path:
+        damaged = self.directory / DAMAGED
+        atomic.check_directory(damaged)
+        damaged.mkdir(exist_ok=True)
+        target, n = damaged / path.name, 1
+        while os.path.lexists(target):
+            n += 1
+            target = damaged / f"{path.name}-{n}"
+        os.replace(path, target)
+        return target
+
+    def _check_pointer(self, move: bool) -> None:
+        """One line when LATEST is a link, not a file, or names something outside this
+        directory; a bad pointer is moved aside (with `move`) so that the next save can write
+        it. The resume point never depends on it."""
+        pointer = self.directory / LATEST
+        found = atomic.describe_path(pointer)
+        if found is None and pointer.is_file():
+            name = pointer.read_text(errors="replace").strip()
+            target = self.directory / name
+            if _NAME.match(name) is None or (target.exists() and self._outside(target)):
+                found = f"naming {name[:200]!r}, which is not a checkpoint of {self.directory}"
+        if found:
+            where = f"moved to {self._move_damaged(pointer)}" if move else "ignored"
+            log.warning("%s is %s: %s; resuming from the newest intact checkpoint of this run",
+                        pointer, found, where)
+
+    def resume_point(self, move_damaged: bool = True) -> Path | None:
+        """The newest intact checkpoint whose manifest says the loss was healthy, or None when
+        there is none (a fresh start).
+
+        Newest first, every checkpoint is verified (`verify`, and that it is a folder of this
+        directory, not a link): a damaged one is moved to `damaged/` (with `move_damaged`;
+        never deleted) with one warning naming the file and the reason. Raises
+        NoIntactCheckpointError naming what was found when checkpoints were found but none is
+        intact."""
+        self._check_pointer(move_damaged)
+        found, diverged = [], []
+        for path in reversed(self._entries()):
+            reason = self._outside(path) or verify(path)
+            if reason:
+                where = (f"moved to {self._move_damaged(path)}" if move_damaged
+                         else "skipped")
+                log.warning("checkpoint %s is damaged: %s; %s, trying the previous one", path,
+                            reason, where)
+                found.append(f"{path.name} ({reason})")
+            elif not is_healthy(path):
+                diverged.append(path.name)
+            else:
+                if diverged:
+                    log.warning("not resuming from %s: written while the loss looked diverged "
+                                "(their manifests say so); resuming from the last good "
+                                "checkpoint %s", ", ".join(reversed(diverged)), path)
+                return path
+        if found and not diverged:
+            raise NoIntactCheckpointError(
+                f"no intact checkpoint in {self.directory}: found {'; '.join(found)}; "
+                f"{'moved to ' + str(self.directory / DAMAGED) if move_damaged else 'kept'}. "
+                "Rerun with --noresume to start afresh (or restore a checkpoint from a backup)")
+        return None
 
     def clean_interrupted(self) -> int:
         """Removes what interrupted saves left (TEMPORARY names); returns how many. Call it only
@@ -195,6 +361,7 @@ class CheckpointManager:
                           f, indent=2, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
+            write_manifest(tmp, epoch, batch, healthy)  # last: it describes the rest
             _fsync_dir(tmp)
             if final.exists():  # re-running a position: the new one replaces it
                 trash = Path(tempfile.mkdtemp(dir=self.directory, prefix=".trash-"))
@@ -216,9 +383,9 @@ class CheckpointManager:
         latest = self.latest()
         intact = f"; the last checkpoint {latest} is intact" if latest else ""
         return CheckpointWriteError(
-            error.errno, f"could not write checkpoint {final}: {_reason(error)}{intact}. Free "
-                         "space (or fix permissions, quotas), then rerun the same command to "
-                         "resume")
+            error.errno, f"could not write checkpoint {final}: {_reason(error)} "
+                         f"({atomic.free_space(self.directory)} there){intact}. Fix: "
+                         f"{atomic.fix_for(error, final)} to resume")
 
     def _rotate(self) -> None:
         complete = self.all()

@@ -28,11 +28,14 @@ import json
 import logging
 import os
 import socket
+import stat
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from keras_efficientnet import atomic
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -117,6 +120,23 @@ class RunLock:
         self.path = Path(model_dir) / LOCK
         self._fd: int | None = None
 
+    def _open(self) -> int:
+        """The lock file, never through a link and only if it is a regular file."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                         0o644)
+        except OSError as error:
+            if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                raise
+            fd = None
+        if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+            if fd is not None:
+                os.close(fd)
+            found = atomic.describe_path(self.path) or "not a regular file"
+            raise RunDirError(f"{self.path} is {found}, not a regular file: the lock is never "
+                              "taken through a link; remove it or give another --model_dir")
+        return fd
+
     @property
     def held(self) -> bool:
         return self._fd is not None
@@ -140,9 +160,9 @@ class RunLock:
         else None. Raises RunDirError naming the owner when a live run holds it."""
         me = {"host": socket.gethostname(), "pid": os.getpid(),
               "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-              "command": " ".join(getattr(sys, "orig_argv", sys.argv))[:500]}
+              "command": " ".join(redacted(getattr(sys, "orig_argv", sys.argv)))[:500]}
         for _ in range(10):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open()
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -193,6 +213,34 @@ class RunLock:
             pass
         os.close(self._fd)
         self._fd = None
+
+
+# Flag names whose values run.lock leaves out (the command line may carry credentials).
+SECRET_WORDS = ("token", "key", "secret", "password")
+
+
+def _secret(name: str) -> bool:
+    return any(word in name.lower() for word in SECRET_WORDS)
+
+
+def redacted(argv: list[str]) -> list[str]:
+    """`argv` with the values of flags named like credentials (SECRET_WORDS) replaced by
+    `***`, in both `--name=value` and `--name value` forms."""
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next and not arg.startswith("-"):
+            out.append("***")
+            hide_next = False
+            continue
+        hide_next = False
+        name, eq, _ = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and _secret(name):
+            if eq:
+                arg = f"{arg.split('=', 1)[0]}=***"
+            else:
+                hide_next = True
+        out.append(arg)
+    return out
 
 
 def move_previous_run(model_dir: str | os.PathLike) -> Path | None:
@@ -249,6 +297,14 @@ _HELD: dict[str, RunDir] = {}
 
 @contextlib.contextmanager
 def owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
+    """`_owned` under a umask that keeps everything the run writes from being group- or
+    world-writable (the umask is the process's: TensorFlow's and h5py's files included)."""
+    with atomic.restricted_umask(), _owned(config, chief=chief) as info:
+        yield info
+
+
+@contextlib.contextmanager
+def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
     """Checks `config.model_dir`, takes its lock, cleans interrupted saves and applies the
     fresh-run rule, holds the lock inside the context; yields a RunDir (None when not chief).
 
@@ -262,6 +318,8 @@ def owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
         yield None
         return
     path = check_model_dir(config.model_dir)
+    for entry in (CHECKPOINTS, "logs"):  # written into: never through a link
+        atomic.check_directory(path / entry)
     key = os.path.realpath(path)
     if key in _HELD:
         yield _HELD[key]

@@ -24,7 +24,7 @@ from keras_efficientnet.training.callbacks import (
     Throughput,
     WeightAverage,
 )
-from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager, position_of
+from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
 from keras_efficientnet.training.export import (
     export_saved_model,
@@ -234,16 +234,13 @@ def _check_classes(saved: dict, num_classes: int, config: TrainConfig, where: Pa
             "--noresume to start afresh (the earlier run is moved to model_dir/previous/).")
 
 
-def _resume_point(config: TrainConfig, manager: CheckpointManager,
-                  num_classes: int) -> Path | None:
-    """The checkpoint to resume from (the newest healthy one), checked against the config."""
-    latest = manager.latest() if config.resume else None
+def _resume_point(config: TrainConfig, manager: CheckpointManager, num_classes: int,
+                  chief: bool = True) -> Path | None:
+    """The checkpoint to resume from (the newest intact healthy one, verified against its
+    manifest; the chief moves damaged ones aside), checked against the config."""
+    latest = manager.resume_point(move_damaged=chief) if config.resume else None
     if latest is None:
         return None
-    newer = [p.name for p in manager.all() if position_of(p) > position_of(latest)]
-    if newer:
-        log.warning("not resuming from %s: written while the loss looked diverged; resuming "
-                    "from the last good checkpoint %s", ", ".join(newer), latest)
     saved = CheckpointManager.read_state(latest)
     _check_architecture(saved["config"], config, latest)
     _check_classes(saved, num_classes, config, latest)
@@ -330,7 +327,7 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     updates = plan.updates_per_epoch(train_examples, config.steps_per_epoch)
     steps = plan.host_steps_per_epoch(updates)
     manager = CheckpointManager(Path(config.model_dir) / "checkpoints", config.keep_checkpoints)
-    latest = _resume_point(config, manager, num_classes)
+    latest = _resume_point(config, manager, num_classes, runtime.is_chief)
     state = {}
     keras.utils.set_random_seed(config.seed)
     with runtime.scope():
@@ -390,7 +387,8 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
     first)."""
     source = config.init_checkpoint or ""
     if not source:
-        latest = CheckpointManager(Path(config.model_dir) / "checkpoints").latest()
+        latest = CheckpointManager(Path(config.model_dir) / "checkpoints").resume_point(
+            move_damaged=False)
         if latest is None:
             raise ValueError(
                 f"--mode={config.mode} needs trained weights: no checkpoint in "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import shutil
 import signal
 
 import keras
@@ -103,10 +104,12 @@ def test_a_refused_write_names_the_checkpoint_and_leaves_no_partial_folder(tmp_p
     with pytest.raises(CheckpointWriteError) as raised:
         manager.save(2, model)
     assert raised.value.errno == errno.ENOSPC
+    free = shutil.disk_usage(tmp_path).free / 2**30
     assert str(raised.value) == (
-        f"could not write checkpoint {tmp_path / 'epoch-0002'}: No space left on device; the "
-        f"last checkpoint {tmp_path / 'epoch-0001'} is intact. Free space (or fix permissions, "
-        "quotas), then rerun the same command to resume")
+        f"could not write checkpoint {tmp_path / 'epoch-0002'}: No space left on device "
+        f"({free:.1f} GiB free there); the last checkpoint {tmp_path / 'epoch-0001'} is "
+        "intact. Fix: free space (or raise the quota, or give a --model_dir on another disk), "
+        "then rerun the same command to resume")
     assert sorted(os.listdir(tmp_path)) == ["LATEST", "epoch-0001"]
 
 
