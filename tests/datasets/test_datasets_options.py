@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import subprocess
 import sys
 
@@ -50,7 +51,9 @@ def test_the_eval_resize_ratio_is_256_over_224_and_shared():
     assert EVAL_RESIZE_RATIO == 256 / 224
     assert preprocessing.EVAL_RESIZE_RATIO is EVAL_RESIZE_RATIO
     assert TrainConfig().eval_resize_ratio == EVAL_RESIZE_RATIO
-    assert predict._flags()["resize_ratio"].default == EVAL_RESIZE_RATIO
+    assert inspect.signature(predict.predict).parameters["resize_ratio"].default == (
+        EVAL_RESIZE_RATIO)
+    assert predict.build_parser().get_default("resize_ratio") == EVAL_RESIZE_RATIO
 
 
 def test_options_load_without_tensorflow():
