@@ -6,11 +6,22 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import keras
 
-from keras_efficientnet.atomic import atomic_file, write_atomically
+from keras_efficientnet.atomic import (
+    WriteError,
+    atomic_file,
+    fsync_directory,
+    private_mode,
+    write_atomically,
+    write_error,
+)
+from keras_efficientnet.training.run_dir import EXPORT_MARK, check_export_dir
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -44,17 +55,28 @@ def inference_model(model: keras.Model) -> keras.Model:
     return copy
 
 
-def _save_keras_atomically(model: keras.Model, path: Path) -> Path:
-    # Keras writes only to names ending in ".keras": stage the file under one, beside the
-    # temporary file that `atomic_file` then flushes and renames into place.
+def _save_atomically(save, path: Path, suffix: str) -> Path:
+    # Keras writes only to names ending in `suffix` (".keras", ".weights.h5"): stage the file
+    # under one, beside the temporary file that `atomic_file` then flushes and renames into
+    # place (never through a link at `path`: atomic_file refuses one).
     with atomic_file(path) as tmp:
-        staged = tmp.with_name(tmp.name + ".keras")
+        staged = tmp.with_name(tmp.name + suffix)
         try:
-            model.save(staged)
+            save(staged)
             os.replace(staged, tmp)
         finally:
             staged.unlink(missing_ok=True)
     return path
+
+
+def _save_keras_atomically(model: keras.Model, path: Path) -> Path:
+    return _save_atomically(model.save, path, ".keras")
+
+
+def save_weights_atomically(model: keras.Model, path: str | os.PathLike) -> Path:
+    """`model.save_weights(path)` written atomically, never through a link, a refused write
+    named (`atomic.WriteError`)."""
+    return _save_atomically(model.save_weights, Path(path), ".weights.h5")
 
 
 def save_model(model: keras.Model, model_dir: str | os.PathLike,
@@ -76,12 +98,41 @@ def export_saved_model(model: keras.Model, export_dir: str | os.PathLike) -> Pat
     """Writes a TensorFlow SavedModel whose `serving_default` signature takes the model's
     input (uint8 images `[batch, height, width, 3]`) and returns its output (probabilities).
 
+    Atomic: the SavedModel is written into a temporary sibling folder and renamed into place;
+    an earlier export of ours there is replaced whole (nothing of it stays), and a directory
+    holding anything else is refused (`run_dir.check_export_dir`). A refused write raises
+    `atomic.WriteError` and leaves the earlier export as it was.
+
     Converters start from it: `tf.lite.TFLiteConverter.from_saved_model(export_dir)` for
     TFLite, `python -m tf2onnx.convert --saved-model export_dir` for ONNX (see the README).
     """
-    export_dir = Path(export_dir)
-    if export_dir.is_file():
-        raise ValueError(f"export directory {str(export_dir)!r} is a file")
-    model.export(str(export_dir), format="tf_saved_model", verbose=False)
+    export_dir = check_export_dir(export_dir)
+    parent = export_dir.parent
+    tmp = old = None
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{export_dir.name}.tmp-"))
+        model.export(str(tmp), format="tf_saved_model", verbose=False)
+        write_atomically(tmp / EXPORT_MARK, json.dumps(
+            {"format": "tf_saved_model", "model": model.name,
+             "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}))
+        private_mode(tmp, 0o755)
+        check_export_dir(export_dir)  # again: it may have changed meanwhile
+        if export_dir.is_dir():
+            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{export_dir.name}.old-"))
+            os.replace(export_dir, old / export_dir.name)
+        os.replace(tmp, export_dir)
+        fsync_directory(parent)
+    except BaseException as error:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not export_dir.exists():  # put the earlier export back
+            os.replace(old / export_dir.name, export_dir)
+        if isinstance(error, OSError) and not isinstance(error, WriteError):
+            raise write_error(export_dir, error, f"the SavedModel {export_dir}") from None
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     log.info("wrote SavedModel %s", export_dir)
     return export_dir

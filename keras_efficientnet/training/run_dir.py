@@ -215,6 +215,28 @@ class RunLock:
         self._fd = None
 
 
+# Left inside every SavedModel that --export_dir writes: a later export may replace it whole.
+EXPORT_MARK = "keras_efficientnet_export.json"
+
+
+def check_export_dir(export_dir: str | os.PathLike) -> Path:
+    """Raises UnsafePathError (a ValueError) unless `export_dir` is missing, an empty
+    directory or an earlier export of ours (EXPORT_MARK inside), which an export replaces
+    whole; a link, a file or a directory holding anything else is refused, naming it."""
+    path = Path(export_dir)
+    atomic.check_directory(path)
+    if path.is_dir() and not (path / EXPORT_MARK).is_file():
+        found = sorted(p.name for p in path.iterdir())
+        if found:
+            shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5
+                                           else "")
+            raise atomic.UnsafePathError(
+                f"--export_dir={str(path)!r} is a non-empty directory that is not an export of "
+                f"this project (it holds {shown}): nothing is merged into it; give a new or "
+                "empty directory, or an earlier --export_dir")
+    return path
+
+
 # Flag names whose values run.lock leaves out (the command line may carry credentials).
 SECRET_WORDS = ("token", "key", "secret", "password")
 
@@ -318,6 +340,8 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
         yield None
         return
     path = check_model_dir(config.model_dir)
+    if getattr(config, "export_dir", ""):
+        check_export_dir(config.export_dir)
     for entry in (CHECKPOINTS, "logs"):  # written into: never through a link
         atomic.check_directory(path / entry)
     key = os.path.realpath(path)

@@ -30,6 +30,7 @@ from keras_efficientnet.training.export import (
     export_saved_model,
     inference_model,
     save_model,
+    save_weights_atomically,
 )
 from keras_efficientnet.training.runtime import OneDevice, starting_at_step
 
@@ -628,7 +629,7 @@ def _run_mode(config: TrainConfig, runtime, started: float) -> dict:
                            finetune_global_batch_size=info["global_batch_size"],
                            finetune_images_per_second=info["images_per_second"], **after)
             if runtime.is_chief:
-                tuned.save_weights(Path(config.model_dir) / "finetuned.weights.h5")
+                save_weights_atomically(tuned, Path(config.model_dir) / "finetuned.weights.h5")
         elif config.mode.endswith("finetune"):
             results.update(before)
         if runtime.is_chief:
