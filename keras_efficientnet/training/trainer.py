@@ -22,7 +22,6 @@ from keras_efficientnet.training.callbacks import (
     DivergenceGuard,
     NonFiniteLossGuard,
     Throughput,
-    WeightAverage,
 )
 from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
@@ -32,6 +31,7 @@ from keras_efficientnet.training.export import (
     save_model,
     save_weights_atomically,
 )
+from keras_efficientnet.training.optimizer_state import SlotAverage, read_slots, restore_slots
 from keras_efficientnet.training.runtime import OneDevice, starting_at_step
 
 log = logging.getLogger("keras_efficientnet")
@@ -346,7 +346,7 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
             if state.get("metrics") is not None:
                 _build_metrics(model, config, train_res, num_classes)
     epoch, batch = state.get("epoch", 0), state.get("batch", 0)
-    average = (WeightAverage(config.weight_average_decay, state.get("average"))
+    average = (SlotAverage(config.weight_average_decay, state.get("average"))
                if config.weight_average_decay > 0 else None)
     throughput = Throughput(plan.examples_per_step, plan.steps_per_execution)
     with preemption.watching() as watch:
@@ -383,9 +383,10 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
             "checkpoint": manager.latest()}
 
 
-def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = True) -> str:
+def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = True,
+                     slots: list | None = None) -> str:
     """Loads --init_checkpoint, else model_dir's latest good checkpoint (averaged weights
-    first)."""
+    first). `slots`, a list, receives the optimizer slots averaged with those weights."""
     source = config.init_checkpoint or ""
     if not source:
         latest = CheckpointManager(Path(config.model_dir) / "checkpoints").resume_point(
@@ -402,7 +403,10 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
         _check_classes(saved, model.output_shape[-1], config, path)
         state = CheckpointManager.restore(path, model)
         if averaged and state.get("average") is not None:
-            model.set_weights(WeightAverage(0.0, state["average"]).weights_like(model))
+            average = SlotAverage(0.0, state["average"])
+            model.set_weights(average.weights_like(model))
+            if slots is not None:
+                slots.extend(average.slots(model) or ())
             return f"{path} (weight average)"
         return str(path)
     if not path.is_file():
@@ -453,11 +457,14 @@ def _runtime_plan(runtime, plan):
 
 
 def finetune(config: TrainConfig, model_weights: list, num_classes: int,
-             train_examples: int, runtime=None, skip_counter=None) -> tuple[keras.Model, dict]:
+             train_examples: int, runtime=None, skip_counter=None,
+             optimizer_slots: list | None = None) -> tuple[keras.Model, dict]:
     """Graphcore's fine-tune (their README, section 5; `--variable-filter Top`): only the head
     block trains, at the test resolution, on training images with evaluation preprocessing and
     the run's Mixup/CutMix, from `model_weights` (the weight average), at the fine-tune batch
-    (`finetune_config`) and rate (`finetune_schedule`), under `runtime`.
+    (`finetune_config`) and rate (`finetune_schedule`), under `runtime`. `optimizer_slots`
+    (the training optimizer's, averaged with the weights: `optimizer_state`) start the head's
+    optimizer state, as Graphcore's restore of the averaged checkpoint does; None: fresh.
 
     It writes no checkpoints (a few head-only epochs): a run stopped here redoes it."""
     runtime = _runtime_or_one_device(config, runtime)
@@ -471,11 +478,15 @@ def finetune(config: TrainConfig, model_weights: list, num_classes: int,
         with runtime.scope():
             model = build_model(config, test_res, num_classes)
             model.set_weights(model_weights)
+            trained_variables = list(model.trainable_variables)
             for layer in model.layers:
                 layer.trainable = layer.name in HEAD_LAYERS
             runtime.attach(model)
             schedule = finetune_schedule(config, plan.optimizer_steps_per_epoch(updates))
             compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
+            if optimizer_slots:
+                restore_slots(model.optimizer, trained_variables, optimizer_slots,
+                              model.trainable_variables)
         throughput = Throughput(plan.examples_per_step, plan.steps_per_execution)
 
         def make_dataset(input_context):
@@ -582,11 +593,14 @@ def _run_mode(config: TrainConfig, runtime, started: float) -> dict:
                "train_examples": train_examples, "eval_examples": eval_examples,
                "config": config.to_dict()}
     with precision_policy(config.precision):
-        model, weights_from = None, ""
+        model, weights_from, slots = None, "", []
         if config.mode in ("train", "train_and_finetune"):
             trained = train(config, num_classes, train_examples, runtime=runtime,
                             skip_counter=skipped)
             model = trained["model"]
+            # The fine-tune's optimizer state: the slots averaged with the weights (else the last).
+            slots = ((trained["average"] and trained["average"].slots(model))
+                     or read_slots(model.optimizer))
             results.update(epochs=config.epochs, train_resolution=train_res,
                            images_per_second=trained["images_per_second"],
                            history=trained["history"],
@@ -597,7 +611,7 @@ def _run_mode(config: TrainConfig, runtime, started: float) -> dict:
         if config.mode in ("evaluate", "finetune"):
             keras.utils.set_random_seed(config.seed)
             model = build_model(config, test_res, num_classes)
-            weights_from = load_weights_for(config, model)
+            weights_from = load_weights_for(config, model, slots=slots)
         eval_data = lambda res: build_datasets(
             config, res, training=False, split=config.eval_split, repeat=False,
             num_classes=num_classes, skip_counter=skipped)
@@ -616,7 +630,7 @@ def _run_mode(config: TrainConfig, runtime, started: float) -> dict:
                           for k, v in before.items()})
         if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
             tuned, info = finetune(config, model.get_weights(), num_classes, train_examples,
-                                   runtime=runtime, skip_counter=skipped)
+                                   runtime=runtime, skip_counter=skipped, optimizer_slots=slots)
             if not runtime.evaluates_in_place:
                 copy = build_model(config, test_res, num_classes)
                 copy.set_weights(tuned.get_weights())

@@ -237,7 +237,7 @@ def test_gradient_accumulation_equals_the_large_batch_step():
 
 def test_weight_average_is_the_exponential_average_of_epoch_weights():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    average = trainer.WeightAverage(0.97)
+    average = trainer.SlotAverage(0.97)  # the weight average the trainer keeps
     for value in (1.0, 2.0, 4.0):
         model.set_weights([np.full((2, 1), value, "float32"), np.full((1,), -value, "float32")])
         average.update(model)
