@@ -75,6 +75,8 @@ class InputOptions:
       eval_resize_ratio: evaluation resizes the short side to `image_size * eval_resize_ratio`.
       area_range, aspect_range: training crop bounds (defaults: the paper's, docs/recipes.md).
       label_offset: subtracted from TFRecord labels (1 for TF-slim style 1-based ImageNet).
+      allow_empty_classes: keep an image folder's class folders without images as classes
+        (with a warning); refused by default, naming them.
 
     Example:
       >>> options = InputOptions("digits", "train", image_size=32, batch_size=64, training=True)
@@ -108,6 +110,7 @@ class InputOptions:
     area_range: tuple[float, float] = AREA_RANGE
     aspect_range: tuple[float, float] = ASPECT_RANGE
     label_offset: int = 0
+    allow_empty_classes: bool = False
 
     def __post_init__(self):
         _positive_int("image_size", self.image_size)

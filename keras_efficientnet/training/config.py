@@ -66,6 +66,8 @@ class TrainConfig:
     eval_split: str = _f("validation", "Held-out split to evaluate on.")
     crop_area_min: float = _f(0.05, "Smallest area fraction of the random training crop.")
     random_flip: bool = _f(True, "Random horizontal flips in training.")
+    allow_empty_classes: bool = _f(False, "Keep class folders without images as classes (with "
+                                          "a warning); by default they are refused, named.")
     mixup_alpha: float = _f(0.0, "Mixup Beta(alpha, alpha), one draw per example; 0 disables.")
     cutmix_lambda: float = _f(0.0, "CutMix nominal lambda (kept area); 0 disables.")
     cutmix_version: int = _f(1, "CutMix 1: each batch's kept fraction drawn from --cutmix_lambda "

@@ -151,7 +151,7 @@ def input_options(config: TrainConfig):
         cache=config.cache, seed=config.seed, deterministic=config.deterministic or None,
         private_threadpool_size=config.host_threads or None,
         eval_resize_ratio=config.eval_resize_ratio, area_range=(config.crop_area_min, 1.0),
-        random_flip=config.random_flip)
+        random_flip=config.random_flip, allow_empty_classes=config.allow_empty_classes)
 
 
 def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
@@ -182,6 +182,7 @@ def class_names(config: TrainConfig) -> tuple[str, ...] | None:
     from keras_efficientnet import datasets
 
     return datasets.dataset_info(config.dataset, config.eval_split,
+                                 allow_empty_classes=config.allow_empty_classes,
                                  data_dir=config.data_dir or None).class_names
 
 
@@ -202,8 +203,11 @@ def dataset_facts(config: TrainConfig) -> tuple[int, int, int]:
     from keras_efficientnet import datasets
 
     data_dir = config.data_dir or None
-    train = datasets.dataset_info(config.dataset, config.train_split, data_dir=data_dir)
-    held_out = datasets.dataset_info(config.dataset, config.eval_split, data_dir=data_dir)
+    allow = config.allow_empty_classes
+    train = datasets.dataset_info(config.dataset, config.train_split, data_dir=data_dir,
+                                  allow_empty_classes=allow)
+    held_out = datasets.dataset_info(config.dataset, config.eval_split, data_dir=data_dir,
+                                     allow_empty_classes=allow)
     return train.num_examples, held_out.num_examples, train.num_classes
 
 

@@ -67,7 +67,8 @@ def parse_source(source: str) -> tuple[str, str]:
 
 
 def create_reader(source: str, *, data_dir: str | os.PathLike | None = None,
-                  num_classes: int | None = None, label_offset: int = 0) -> Reader:
+                  num_classes: int | None = None, label_offset: int = 0,
+                  allow_empty_classes: bool = False) -> Reader:
     """The reader of `source` (see `base.Reader` for the arguments).
 
     Example:
@@ -76,24 +77,27 @@ def create_reader(source: str, *, data_dir: str | os.PathLike | None = None,
     """
     kind, argument = parse_source(source)
     return READERS[kind](source, argument, data_dir=data_dir, num_classes=num_classes,
-                         label_offset=label_offset)
+                         label_offset=label_offset, allow_empty_classes=allow_empty_classes)
 
 
 def dataset_info(source: str, split: str, data_dir: str | os.PathLike | None = None,
-                 num_classes: int | None = None) -> DatasetInfo:
+                 num_classes: int | None = None, allow_empty_classes: bool = False
+                 ) -> DatasetInfo:
     """Size and classes of `split` of `source`, without building a pipeline.
 
     Example:
       >>> info = dataset_info("digits", "train")
       >>> steps_per_epoch = info.num_examples // batch_size
     """
-    return create_reader(source, data_dir=data_dir, num_classes=num_classes).info(split)
+    return create_reader(source, data_dir=data_dir, num_classes=num_classes,
+                         allow_empty_classes=allow_empty_classes).info(split)
 
 
 def read_records(source: str, split: str, *, data_dir: str | os.PathLike | None = None,
                  input_context: tf.distribute.InputContext | None = None,
                  shuffle_files: bool = False, seed: int | None = None, image_size: int = 224,
-                 num_classes: int | None = None, label_offset: int = 0) -> Records:
+                 num_classes: int | None = None, label_offset: int = 0,
+                 allow_empty_classes: bool = False) -> Records:
     """Opens `split` of `source` for the pipeline (see `Records`); checks it exists first.
 
     Unshuffled reads (`shuffle_files=False`, evaluation) of image folders come in a fixed
@@ -102,7 +106,7 @@ def read_records(source: str, split: str, *, data_dir: str | os.PathLike | None 
     preparation: data/folder_to_tfrecord.py and tfds both do).
     """
     reader = create_reader(source, data_dir=data_dir, num_classes=num_classes,
-                           label_offset=label_offset)
+                           label_offset=label_offset, allow_empty_classes=allow_empty_classes)
     return reader.records(split, input_context=input_context, shuffle_files=shuffle_files,
                           seed=seed, image_size=image_size)
 

@@ -68,6 +68,8 @@ class Reader:
       num_classes: classes where the source does not record them (TFRecords without
         dataset_info.json; the label range of 'synthetic').
       label_offset: subtracted from stored labels (1 for TF-slim style ImageNet TFRecords).
+      allow_empty_classes: keep a class folder without images as a class (with a warning)
+        instead of refusing it (image folder sources).
     """
 
     # How the source is written, e.g. "'folder:PATH'"; and for kinds that take an argument,
@@ -77,12 +79,13 @@ class Reader:
 
     def __init__(self, source: str, argument: str = "", *,
                  data_dir: str | os.PathLike | None = None, num_classes: int | None = None,
-                 label_offset: int = 0):
+                 label_offset: int = 0, allow_empty_classes: bool = False):
         self.source = source
         self.argument = argument
         self.data_dir = data_dir
         self.num_classes = num_classes
         self.label_offset = label_offset
+        self.allow_empty_classes = allow_empty_classes
 
     def info(self, split: str) -> DatasetInfo:
         """Size and classes of `split`, without building a pipeline."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -12,6 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_efficientnet.datasets.sources.base import DatasetInfo, Reader, Records
+
+log = logging.getLogger(__name__)
 
 # Files an image folder may hold (compared lower-case); anything else in it is not listed.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -27,12 +30,13 @@ MAX_LISTINGS = 4
 
 @dataclasses.dataclass(frozen=True)
 class Listing:
-    """One split of an image folder: image paths, their labels, the class names, and the
-    modification time (ns) of every folder read to list them."""
+    """One split of an image folder: image paths, their labels, the class names, the images
+    of each class, and the modification time (ns) of every folder read to list them."""
 
     paths: tuple[str, ...]
     labels: tuple[int, ...]
     classes: tuple[str, ...]
+    counts: tuple[int, ...]
     folders: tuple[tuple[str, int], ...]
     settled: bool
 
@@ -92,41 +96,61 @@ def _list(root: Path, split: str) -> Listing:
         raise ValueError(f"split {split!r} of {str(root)!r} has no class folders; expected "
                          f"{split_dir}/<class>/*.jpg")
     _check_same_classes(root, split, splits, classes, folders)
-    paths, labels = [], []
+    paths, labels, counts = [], [], []
     for label, name in enumerate(classes):
         found = _images_under(split_dir / name, folders)
         paths += found
         labels += [label] * len(found)
+        counts.append(len(found))
     if not paths:
         raise ValueError(f"split {split!r} of {str(root)!r} has no images "
                          f"({', '.join('*' + e for e in IMAGE_EXTENSIONS)}) in its "
                          f"{len(classes)} class folders")
     settled = max(mtime for _, mtime in folders) < (started - SETTLED_SECONDS) * 1e9
-    return Listing(tuple(paths), tuple(labels), tuple(classes), tuple(folders), settled)
+    return Listing(tuple(paths), tuple(labels), tuple(classes), tuple(counts), tuple(folders),
+                   settled)
 
 
-def folder_listing(root: str | os.PathLike, split: str) -> Listing:
+def folder_listing(root: str | os.PathLike, split: str,
+                   allow_empty_classes: bool = False) -> Listing:
     """The listing of `root/<split>`, walked once and reused while the folders are unchanged
     (see SETTLED_SECONDS). Labels index the sorted class folder names; every other split
-    folder under `root` that has class folders must have the same ones."""
+    folder under `root` that has class folders must have the same ones. A class folder without
+    images is refused, naming it, unless `allow_empty_classes` (then it stays a class that no
+    image has, with a warning)."""
     key = (os.path.abspath(root), os.fspath(root), split)
     with _LOCK:
         listing = _LISTINGS.get(key)
-    if listing is not None and listing.unchanged():
-        return listing
-    listing = _list(Path(root), split)
-    with _LOCK:
-        _LISTINGS.pop(key, None)
-        _LISTINGS[key] = listing
-        while len(_LISTINGS) > MAX_LISTINGS:
-            _LISTINGS.pop(next(iter(_LISTINGS)))
+    if listing is None or not listing.unchanged():
+        listing = _list(Path(root), split)
+        with _LOCK:
+            _LISTINGS.pop(key, None)
+            _LISTINGS[key] = listing
+            while len(_LISTINGS) > MAX_LISTINGS:
+                _LISTINGS.pop(next(iter(_LISTINGS)))
+    _check_empty_classes(listing, Path(root) / split, allow_empty_classes)
     return listing
 
 
-def list_image_folder(root: str | os.PathLike,
-                      split: str) -> tuple[list[str], list[int], list[str]]:
+def _check_empty_classes(listing: Listing, split_dir: Path, allowed: bool) -> None:
+    empty = [str(split_dir / name) for name, count in zip(listing.classes, listing.counts)
+             if count == 0]
+    if not empty:
+        return
+    named = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+    kind = ", ".join("*" + e for e in IMAGE_EXTENSIONS)
+    if not allowed:
+        raise ValueError(f"class folder {named} has no images ({kind}); add images or remove "
+                         f"the folder, or pass --allow_empty_classes to keep it as a class "
+                         f"with no examples")
+    log.warning("Keeping empty class folder %s as a class with no examples "
+                "(--allow_empty_classes)", named)
+
+
+def list_image_folder(root: str | os.PathLike, split: str, allow_empty_classes: bool = False
+                      ) -> tuple[list[str], list[int], list[str]]:
     """Lists `root/<split>/<class>/**/*.jpg|png|...` as (paths, labels, class names)."""
-    listing = folder_listing(root, split)
+    listing = folder_listing(root, split, allow_empty_classes)
     return list(listing.paths), list(listing.labels), list(listing.classes)
 
 
@@ -141,13 +165,13 @@ class FolderReader(Reader):
         return self.argument
 
     def info(self, split: str) -> DatasetInfo:
-        listing = folder_listing(self.root(), split)
+        listing = folder_listing(self.root(), split, self.allow_empty_classes)
         return DatasetInfo(self.source, split, len(listing.paths), len(listing.classes),
                            listing.classes)
 
     def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
                 image_size=224) -> Records:
-        listing = folder_listing(self.root(), split)
+        listing = folder_listing(self.root(), split, self.allow_empty_classes)
         info = DatasetInfo(self.source, split, len(listing.paths), len(listing.classes),
                            listing.classes)
         paths, labels = list(listing.paths), np.asarray(listing.labels, np.int32)

@@ -63,11 +63,70 @@ def _parse_fn(label_offset: int):
     return parse
 
 
-def _named_records(path):
-    """The records of one shard, each named `path#index`."""
-    records = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES)
-    return records.enumerate().map(
-        lambda i, record: (tf.strings.join([path, "#", tf.strings.as_string(i)]), record))
+# Bytes framing each record in an (uncompressed) TFRecord file: its length (8), the length's
+# CRC (4) and the data's CRC (4). A shard whose records' bytes sum to less than its size
+# stopped early: truncated, or a record failed its CRC.
+RECORD_OVERHEAD = 16
+# Read buffer of the check that each shard's first record is readable (one small read each).
+PROBE_BUFFER_BYTES = 256 << 10
+# Stands in for the unreadable rest of a damaged shard: an Example whose image is empty, so
+# that the pipeline fails to decode it and skips it, named and counted like a bad image file.
+DAMAGED = tf.train.Example(features=tf.train.Features(feature={
+    TFRECORD_IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[b""])),
+    TFRECORD_LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
+})).SerializeToString()
+
+
+def _named_records(path, size):
+    """The readable records of one shard, each named `path#index`; where the shard stops before
+    its `size` bytes (truncated or corrupted), one DAMAGED record named after where it stopped
+    (TensorFlow's reader cannot resynchronise after a bad record: the rest is lost)."""
+    records = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES).ignore_errors()
+    marked = records.map(lambda record: (record, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(DAMAGED), True)))
+
+    def count(state, element):
+        index, read = state
+        record, end = element
+        length = tf.cast(tf.strings.length(record), tf.int64) + RECORD_OVERHEAD
+        return (index + 1, read + length), (index, read, record, end)
+
+    scanned = marked.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), count)
+    kept = scanned.filter(lambda index, read, record, end: tf.logical_or(
+        tf.logical_not(end), read < size))
+
+    def name(index, read, record, end):
+        where = tf.strings.join([path, "#", tf.strings.as_string(index)])
+        damage = tf.strings.join([
+            where, " (unreadable from byte ", tf.strings.as_string(read), " of ",
+            tf.strings.as_string(size), ": truncated or corrupted; the rest of the shard is "
+            "skipped)"])
+        return tf.where(end, damage, where), record
+
+    return kept.map(name)
+
+
+def _sizes(files: list[str]) -> list[int]:
+    return [int(tf.io.gfile.stat(f).length) for f in files]
+
+
+def check_readable(files: list[str], where: str) -> None:
+    """Fails in one line naming the shards when none of `files` (empty ones aside) has a
+    readable first record: not TFRecord files, compressed ones, or all damaged."""
+    sizes = _sizes(files)
+    nonempty = [f for f, size in zip(files, sizes) if size > 0]
+    if not nonempty:
+        return
+    probe = tf.data.Dataset.from_tensor_slices(nonempty).interleave(
+        lambda f: tf.data.TFRecordDataset(f, buffer_size=PROBE_BUFFER_BYTES).take(1)
+        .ignore_errors().map(lambda _: f), cycle_length=min(len(nonempty), CYCLE_LENGTH),
+        num_parallel_calls=tf.data.AUTOTUNE)
+    if next(iter(probe), None) is None:
+        shown = ", ".join(nonempty[:5]) + (f" and {len(nonempty) - 5} more"
+                                           if len(nonempty) > 5 else "")
+        raise ValueError(f"no readable TFRecord in {where}: every shard is unreadable from its "
+                         f"first record ({shown}); expected uncompressed TFRecord files of "
+                         f"tf.train.Example (data/folder_to_tfrecord.py writes them)")
 
 
 class TFRecordReader(Reader):
@@ -80,6 +139,8 @@ class TFRecordReader(Reader):
 
     def info(self, split: str) -> DatasetInfo:
         files = tfrecord_files(self.argument, split)
+        # Before any expensive work: a split none of whose shards can be read is refused.
+        check_readable(files, f"{self.source} (split {split!r})")
         sidecar = os.path.join(os.path.dirname(files[0]), TFRECORD_INFO_FILE)
         if tf.io.gfile.exists(sidecar):
             with tf.io.gfile.GFile(sidecar) as f:
@@ -92,14 +153,17 @@ class TFRecordReader(Reader):
                                    tuple(names) if names else None)
         log.warning("No %s beside %s: counting the records of %d files (reads them all)",
                     TFRECORD_INFO_FILE, files[0], len(files))
-        count = int(tf.data.TFRecordDataset(files).reduce(np.int64(0), lambda n, _: n + 1))
+        # Readable records only: a damaged shard is counted up to where it stops.
+        readable = tf.data.Dataset.from_tensor_slices(files).flat_map(
+            lambda f: tf.data.TFRecordDataset(f).ignore_errors())
+        count = int(readable.reduce(np.int64(0), lambda n, _: n + 1))
         return DatasetInfo(self.source, split, count, self.num_classes, None)
 
     def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
                 image_size=224) -> Records:
         files = tfrecord_files(self.argument, split)
-        info = self.info(split)
-        dataset = tf.data.Dataset.from_tensor_slices(files)
+        info = self.info(split)  # checks that the shards are readable
+        dataset = tf.data.Dataset.from_tensor_slices((files, np.asarray(_sizes(files), np.int64)))
         sharded = False
         if input_context is not None and len(files) >= input_context.num_input_pipelines:
             # Shard files, not records, so that each worker reads only its own files.
