@@ -5,8 +5,10 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import warnings
 
 import keras
+import numpy as np
 
 from keras_efficientnet.layers.group_conv import conv_kernel_initializer
 from keras_efficientnet.layers.image_normalization import (
@@ -77,14 +79,24 @@ def _check_keyword_arguments(kwargs: dict) -> None:
                     f"valid arguments: {valid}")
 
 
+def looks_unit_range(images) -> bool:
+    """Whether `images` is a non-empty float NumPy array with every value in [0, 1]."""
+    return (isinstance(images, np.ndarray) and images.dtype.kind == "f" and images.size > 0
+            and 0.0 <= float(images.min()) and float(images.max()) <= 1.0)
+
+
 @keras.saving.register_keras_serializable(package="keras_efficientnet")
 class EfficientNet(keras.Model):
     """EfficientNet B0..B7 (Tan & Le 2019) with the changes of Masters et al. 2021.
 
     A functional Keras model whose input is RGB pixel values in [0, 255], normalized inside the
-    model: uint8 by default (`input_dtype="uint8"`), where float input is refused with a message
-    rather than truncated to integers; `input_dtype="float32"` takes float pixels in [0, 255]
-    (not [0, 1]). `group_size=16, expand_ratio=4` gives the paper's G16 variant, and
+    model. By default (`input_dtype="float32"`) it takes uint8 or float pixels, as
+    keras.applications does, so `keras.utils.image_dataset_from_directory` and Keras'
+    augmentation layers feed it unchanged; uint8 batches (the host pipeline's, a quarter of the
+    bytes) are cast inside the model. Float images in [0, 1] must be multiplied by 255: `predict`
+    and eager calls on NumPy arrays warn once when every value is in [0, 1].
+    `input_dtype="uint8"` takes only integers and refuses float input with a message rather
+    than truncating it. `group_size=16, expand_ratio=4` gives the paper's G16 variant, and
     `norm="layer"` or `"group"` with `proxy_norm=True` its batch-independent normalization.
     Unknown keyword arguments raise a `TypeError`, as in `keras.applications`.
 
@@ -109,8 +121,8 @@ class EfficientNet(keras.Model):
         drop_connect_rate: stochastic depth of the last block (linear in block index). Default 0.2.
         input_shape: (height, width, 3); None takes the variant's resolution. Use
             (None, None, 3) to accept any resolution.
-        input_dtype: dtype of the input tensor: "uint8" (default), or a float dtype such as
-            "float32" for float pixels in [0, 255].
+        input_dtype: dtype of the input tensor: "float32" (default: uint8 or float pixels in
+            [0, 255]), another float dtype, or "uint8" (integers only).
         input_normalization: "mean_std" subtracts ImageNet's mean and divides by its standard
             deviation (keras.applications); "mean" only subtracts the mean (Graphcore's
             recipe, which the G16 and G1-GN presets follow). Default "mean_std".
@@ -135,7 +147,7 @@ class EfficientNet(keras.Model):
                  activation: str = "swish", include_top: bool = True, pooling: str | None = None,
                  classes: int = 1000, classifier_activation="softmax",
                  dropout_rate: float | None = None, drop_connect_rate: float = 0.2,
-                 input_shape=None, input_dtype: str = "uint8",
+                 input_shape=None, input_dtype: str = "float32",
                  input_normalization: str = "mean_std",
                  width_coefficient: float | None = None, depth_coefficient: float | None = None,
                  weights: str | None = None, name: str | None = None, **kwargs):
@@ -234,7 +246,23 @@ class EfficientNet(keras.Model):
     def __call__(self, *args, **kwargs):
         if args:  # checked here too, so the error comes out without Keras' call report
             self._check_images(args[0])
+            self._warn_unit_range(args[0])
         return super().__call__(*args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self._warn_unit_range(x)
+        return super().predict(x, *args, **kwargs)
+
+    def _warn_unit_range(self, images) -> None:
+        # Only host NumPy arrays, where the check is cheap (a device tensor would have to be
+        # copied back, a graph tensor has no values); once per model.
+        if getattr(self, "_unit_range_warned", False) or not looks_unit_range(images):
+            return
+        self._unit_range_warned = True
+        warnings.warn(
+            f"{self.name} takes pixel values in [0, 255], but every value of these float "
+            "images is in [0, 1]: multiply them by 255 (keras.applications' convention), or "
+            "the predictions are those of a near-black image", stacklevel=3)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         self._check_images(inputs)  # stateless calls (JAX training) come straight here

@@ -112,7 +112,12 @@ def export_saved_model(model: keras.Model, export_dir: str | os.PathLike) -> Pat
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{export_dir.name}.tmp-"))
-        model.export(str(tmp), format="tf_saved_model", verbose=False)
+        # uint8 in, whatever the model's input dtype (float32 takes uint8 too, cast inside):
+        # a server sends a quarter of the bytes, and TFLite and ONNX converters keep uint8.
+        import tensorflow as tf
+
+        model.export(str(tmp), format="tf_saved_model", verbose=False, input_signature=[
+            tf.TensorSpec(tuple(model.inputs[0].shape), tf.uint8, name="images")])
         write_atomically(tmp / EXPORT_MARK, json.dumps(
             {"format": "tf_saved_model", "model": model.name,
              "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}))

@@ -39,7 +39,7 @@ def test_list_presets_filters_like_timm():
 def test_float_images_are_refused_by_a_uint8_model():
     # Float input in [0, 255] goes to a model built with input_dtype="float32", whose outputs
     # equal the uint8 model's (test_efficientnet.py: test_uint8_and_float_images_give_...).
-    model = ke.EfficientNet("tiny", classes=3, input_shape=(32, 32, 3))
+    model = ke.EfficientNet("tiny", classes=3, input_shape=(32, 32, 3), input_dtype="uint8")
     dark = np.full((1, 32, 32, 3), 0.5, "float32")  # an image in [0, 1]
     message = r"efficientnet_tiny takes uint8 images.*received float32.*input_dtype='float32'"
     with pytest.raises(ValueError, match=message):
