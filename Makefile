@@ -10,7 +10,7 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: help install install-jax install-horovod test test-tf test-jax test-slow train lint \
         benchmark benchmark-layers benchmark-pipeline benchmark-distribute benchmark-pareto \
-        benchmark-microbatch \
+        benchmark-microbatch data-fashion \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
 
 help:
@@ -24,6 +24,7 @@ help:
 	@echo "make benchmark-gpu-wheels  download the wheels benchmark-gpu needs offline"
 	@echo "make benchmark-gpu         GPU benchmark under JAX (+ timm peer), no TensorFlow"
 	@echo "make benchmark-gpu-smoke   the same path on this CPU at tiny sizes (.venv-jax)"
+	@echo "make data-fashion  install Fashion-MNIST (Debian's package; as root, else prints how)"
 	@echo "make lint        ruff (style, import order, stale noqa); CI runs it before the tests"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -64,6 +65,21 @@ test-slow: install install-jax
 
 train: install
 	$(PY) -m keras_efficientnet.train --flagfile=flags/default.flags
+
+# Fashion-MNIST for --dataset=fashion_mnist (data/README.md): Debian's package puts the four
+# idx files in FASHION_MNIST_DIR; the source checks their MD5s when it reads them.
+FASHION_MNIST_DIR := /usr/share/datasets/fashion-mnist
+data-fashion:
+	@if [ -f $(FASHION_MNIST_DIR)/t10k-labels-idx1-ubyte.gz ]; then \
+	    echo "Fashion-MNIST is installed in $(FASHION_MNIST_DIR)"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y dataset-fashion-mnist || \
+	        { apt-get update && apt-get install -y dataset-fashion-mnist; }; \
+	else \
+	    echo "Fashion-MNIST is not installed; as root, run:"; \
+	    echo "  sudo apt-get install -y dataset-fashion-mnist"; \
+	    exit 1; \
+	fi
 
 # ruff with import order (I) and stale `noqa` detection (RUF100): pyproject.toml.
 lint: install

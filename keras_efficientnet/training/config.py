@@ -60,8 +60,10 @@ class TrainConfig:
     drop_connect_rate: float = _f(0.2, "Stochastic depth of the last block.")
 
     # Data.
-    dataset: str = _f("digits", "digits, synthetic, folder:PATH, tfds:NAME or tfrecord:PATTERN.")
-    data_dir: str = _f("", "Data directory (tfds data_dir, or where digits are written).")
+    dataset: str = _f("digits", "digits, fashion_mnist, synthetic, folder:PATH, tfds:NAME or "
+                                "tfrecord:PATTERN.")
+    data_dir: str = _f("", "Data directory (tfds data_dir, where digits are written, or the "
+                           "folder of the Fashion-MNIST idx files).")
     train_split: str = _f("train", "Split to train (and fine-tune) on.")
     eval_split: str = _f("validation", "Held-out split to evaluate on.")
     crop_area_min: float = _f(0.05, "Smallest area fraction of the random training crop.")

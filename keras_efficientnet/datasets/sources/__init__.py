@@ -19,6 +19,7 @@ from keras_efficientnet.datasets.sources.base import (
     default_data_dir,
 )
 from keras_efficientnet.datasets.sources.digits import DigitsReader, prepare_digits
+from keras_efficientnet.datasets.sources.fashion_mnist import FashionMnistReader
 from keras_efficientnet.datasets.sources.folder import (
     IMAGE_EXTENSIONS,
     FolderReader,
@@ -42,6 +43,7 @@ from keras_efficientnet.datasets.sources.tfrecord import (
 READERS: dict[str, type[Reader]] = {
     "synthetic": SyntheticReader,
     "digits": DigitsReader,
+    "fashion_mnist": FashionMnistReader,
     "folder": FolderReader,
     "tfds": TfdsReader,
     "tfrecord": TFRecordReader,
