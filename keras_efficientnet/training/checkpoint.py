@@ -292,23 +292,29 @@ class CheckpointManager:
         NoIntactCheckpointError naming what was found when checkpoints were found but none is
         intact."""
         self._check_pointer(move_damaged)
-        found, diverged = [], []
+        found, diverged, lines = [], [], []
         for path in reversed(self._entries()):
             reason = self._outside(path) or verify(path)
             if reason:
                 where = (f"moved to {self._move_damaged(path)}" if move_damaged
                          else "skipped")
-                log.warning("checkpoint %s is damaged: %s; %s, trying the previous one", path,
-                            reason, where)
+                lines.append(f"checkpoint {path} is damaged: {reason}; {where}, trying the "
+                             "previous one")
                 found.append(f"{path.name} ({reason})")
             elif not is_healthy(path):
                 diverged.append(path.name)
             else:
                 if diverged:
-                    log.warning("not resuming from %s: written while the loss looked diverged "
-                                "(their manifests say so); resuming from the last good "
-                                "checkpoint %s", ", ".join(reversed(diverged)), path)
-                return path
+                    lines.append(f"not resuming from {', '.join(reversed(diverged))}: written "
+                                 "while the loss looked diverged (their manifests say so); "
+                                 f"resuming from the last good checkpoint {path}")
+                break
+        else:
+            path = None
+        for line in lines if path is not None or not found or diverged else []:
+            log.warning(line)  # without an intact one, the error below says it all at once
+        if path is not None:
+            return path
         if found and not diverged:
             raise NoIntactCheckpointError(
                 f"no intact checkpoint in {self.directory}: found {'; '.join(found)}; "

@@ -53,6 +53,43 @@ def test_bad_input_exits_2_in_one_line_before_tensorflow_loads(tmp_path, case, a
     print(f"{case}: exit {result.returncode}: {line}")
 
 
+def _link_at_run_lock(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "victim").write_text("precious")
+    (tmp_path / "run" / "run.lock").symlink_to(tmp_path / "victim")
+    return [], r"^error: .*/run/run\.lock is a symbolic link \(to '.*/victim'\), not a " \
+               r"regular file: the lock is never taken through a link; remove it"
+
+
+def _link_at_checkpoints(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "run" / "checkpoints").symlink_to(tmp_path / "other")
+    return [], r"^error: .*/run/checkpoints is a symbolic link \(to '.*/other'\): the run " \
+               r"writes only into its own directories and never through a link"
+
+
+def _foreign_export_dir(tmp_path):
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_text("x")
+    return [f"--export_dir={tmp_path / 'photos'}"], (
+        r"^error: --export_dir='.*/photos' is a non-empty directory that is not an export of "
+        r"this project \(it holds cat\.jpg\): nothing is merged into it")
+
+
+@pytest.mark.parametrize("setup", [_link_at_run_lock, _link_at_checkpoints, _foreign_export_dir])
+def test_unsafe_paths_exit_2_before_tensorflow_loads(tmp_path, setup):
+    argv, pattern = setup(tmp_path)
+    result = run_cli("--flagfile=flags/smoke.flags", f"--model_dir={tmp_path / 'run'}", *argv,
+                     python_options=["-X", "importtime"], timeout=120)
+    line = assert_one_line(result, 2, pattern)
+    assert "tensorflow" not in {row.rsplit("|", 1)[-1].strip()
+                                for row in result.stderr.splitlines()}
+    if setup is _link_at_run_lock:
+        assert (tmp_path / "victim").read_text() == "precious"  # not written through
+    print(f"{setup.__name__}: exit {result.returncode}: {line}")
+
+
 def _named(name: str, base=Exception):
     return type(name, (base,), {})
 

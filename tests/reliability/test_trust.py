@@ -226,12 +226,13 @@ def test_an_added_file_is_damage_too(tmp_path, caplog):
     assert manager.resume_point() == tmp_path / "epoch-0001"
 
 
-def test_no_intact_checkpoint_names_what_was_found(tmp_path):
+def test_no_intact_checkpoint_names_what_was_found(tmp_path, caplog):
     manager = _checkpoints(tmp_path, epochs=(1, 2))
     _damage(tmp_path / "epoch-0001" / "model.weights.h5", "truncate")
     (tmp_path / "epoch-0002" / "state.json").write_text("{")
-    with pytest.raises(NoIntactCheckpointError) as raised:
+    with pytest.raises(NoIntactCheckpointError) as raised, caplog.at_level(logging.WARNING):
         manager.resume_point()
+    assert not _lines(caplog)  # the one error line says it all
     line = str(raised.value)
     assert line.startswith(f"no intact checkpoint in {tmp_path}: found epoch-0002 (state.json "
                            "has 1 bytes, the manifest says ")
