@@ -256,6 +256,41 @@ SMOKE = """\
 --verbose=2
 """
 
+FASHION_MNIST = """\
+# A first Fashion-MNIST job (--dataset=fashion_mnist; install it with `make data-fashion`): the
+# tiny G16 EfficientNet with LayerNorm + Proxy Norm, the paper's recipe in miniature as in
+# default.flags: train at 32px with scale-augmenting crops and flips, average the per-epoch
+# weights, fine-tune the head block at the test resolution (64px, same residue mod 32) and
+# evaluate on `validation` (the last 5,000 training images) before and after. Not yet measured
+# on this project's 2-core CPU: a starting point for the measured recipes (issue 22), whose
+# flagfiles will state their top-1 and training time. The test split is for a final evaluation
+# only: rerun with --mode=evaluate --eval_split=test once the recipe is fixed.
+# Run: python -m keras_efficientnet.train --flagfile=flags/fashion-mnist-g16-lnpn.flags
+--mode=train_and_finetune
+--model=efficientnet-tiny-g16-lnpn
+--model_dir=runs/fashion-mnist-g16-lnpn
+--dataset=fashion_mnist
+--train_split=train
+--eval_split=validation
+--train_resolution=32
+--test_resolution=64
+--micro_batch_size=64
+--epochs=5
+--finetune_epochs=1
+--finetune_learning_rate=0.01
+--optimizer=rmsprop
+--learning_rate=0.002
+--lr_schedule=cosine
+--warmup_epochs=1
+--weight_decay=1e-5
+--label_smoothing=0.1
+--weight_average_decay=0.5
+--crop_area_min=0.25
+--dropout_rate=0.1
+--drop_connect_rate=0.1
+--seed=0
+"""
+
 
 def flagfiles() -> dict[str, str]:
     """Every flagfile's name and text."""
@@ -271,6 +306,7 @@ def flagfiles() -> dict[str, str]:
     files["b4-g16-gn-lars-finetuned-ours.flags"] = LARS_B4_FINETUNED_OURS
     files["default.flags"] = DEFAULT
     files["smoke.flags"] = SMOKE
+    files["fashion-mnist-g16-lnpn.flags"] = FASHION_MNIST
     return files
 
 
