@@ -126,6 +126,10 @@ class FashionMnistReader(Reader):
 
     def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
                 image_size=224) -> Records:
+        if split == "test" and shuffle_files:
+            raise ValueError("the 'test' split of fashion_mnist is only for a final evaluation "
+                             "(--eval_split=test); train and fine-tune on 'train', choose on "
+                             "'validation'")
         images, labels, path, start = self._split(split)
         info = DatasetInfo(self.source, split, len(images), len(CLASS_NAMES), CLASS_NAMES)
         indices = tf.data.Dataset.range(len(images))

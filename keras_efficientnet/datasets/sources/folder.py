@@ -50,6 +50,7 @@ class Listing:
 
 _LISTINGS: dict[tuple[str, str, str], Listing] = {}
 _LOCK = threading.Lock()
+_WARNED: set[str] = set()  # empty class folders already warned about (once per process)
 
 
 def _subfolders(directory: Path, folders: list) -> list[str]:
@@ -143,6 +144,10 @@ def _check_empty_classes(listing: Listing, split_dir: Path, allowed: bool) -> No
         raise ValueError(f"class folder {named} has no images ({kind}); add images or remove "
                          f"the folder, or pass --allow_empty_classes to keep it as a class "
                          f"with no examples")
+    with _LOCK:
+        if named in _WARNED:
+            return
+        _WARNED.add(named)
     log.warning("Keeping empty class folder %s as a class with no examples "
                 "(--allow_empty_classes)", named)
 

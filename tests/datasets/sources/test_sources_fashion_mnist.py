@@ -97,6 +97,9 @@ def test_damaged_missing_or_wrong_files_are_one_line(tiny):
     with pytest.raises(FileNotFoundError, match=r"t10k-images-idx3-ubyte\(.gz\) not found in "
                                                 r".*apt-get install dataset-fashion-mnist"):
         dataset_info("fashion_mnist", "test", data_dir=folder)
+    with pytest.raises(ValueError, match="'test' split of fashion_mnist is only for a final "):
+        make_dataset("fashion_mnist", "test", image_size=8, batch_size=2, training=True,
+                     data_dir=folder)
     with pytest.raises(ValueError, match="truncated or padded"):
         fashion_mnist.parse_idx(_idx(np.zeros((2, 3, 3)))[:-1], 3, "x")
     with pytest.raises(ValueError, match="not an idx file"):
