@@ -137,6 +137,15 @@ class RunLock:
                               "taken through a link; remove it or give another --model_dir")
         return fd
 
+    def _write(self, fd: int, record: dict) -> None:
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps(record).encode())
+            os.fsync(fd)
+        except OSError as error:  # disk full, quota: name the file, the space, the fix
+            raise atomic.write_error(self.path, error) from None
+
     @property
     def held(self) -> bool:
         return self._fd is not None
@@ -190,10 +199,7 @@ class RunLock:
                                                    f"that run has ended, delete {self.path})")
                     if _pid_alive(holder.get("pid")) and holder.get("pid") != me["pid"]:
                         raise self._refuse(holder)
-                os.ftruncate(fd, 0)
-                os.lseek(fd, 0, os.SEEK_SET)
-                os.write(fd, json.dumps(me).encode())
-                os.fsync(fd)
+                self._write(fd, me)
             except BaseException:
                 os.close(fd)
                 raise

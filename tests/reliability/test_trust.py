@@ -280,6 +280,16 @@ def test_a_refused_write_names_the_file_the_free_space_and_the_fix(tmp_path, mon
     assert errors.describe(raised.value) == (f"error: {raised.value}", 1)
 
 
+def test_a_refused_run_lock_write_names_the_lock(tmp_path, monkeypatch):
+    def disk_full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(atomic.WriteError, match=rf"could not write {tmp_path / 'run.lock'}: No "
+                                                r"space left on device \(.* free there\)"):
+        run_dir.RunLock(tmp_path).acquire()
+
+
 def test_a_model_file_refused_half_way_leaves_nothing(tmp_path, monkeypatch):
     from keras_efficientnet.training.export import save_model
 
