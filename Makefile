@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # XLA is slower on CPU for these models; Keras' `jit_compile="auto"` is overridden in code too.
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help install install-jax install-horovod test test-tf test-jax test-slow train lint \
+.PHONY: help install install-jax install-horovod venv-timm test test-tf test-jax test-slow train lint \
         benchmark benchmark-layers benchmark-pipeline benchmark-distribute benchmark-pareto \
         benchmark-microbatch data-fashion \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
@@ -19,6 +19,7 @@ help:
 	@echo "make test-slow   also the slow tests (every preset, ...)"
 	@echo "make benchmark   CPU benchmarks (~10 min): layers, models, host pipeline, plans;"
 	@echo "                 JSON rows and PNG charts in benchmarks/results/"
+	@echo "make venv-timm   .venv-timm: torch + timm, the benchmarks' PyTorch peer"
 	@echo "make benchmark-pareto      top-1 against training time on digits (~4 min)"
 	@echo "make benchmark-microbatch  top-1 of BN, GN, LN, LN+PN at micro-batch 2/8/32 (2 seeds)"
 	@echo "make benchmark-gpu-wheels  download the wheels benchmark-gpu needs offline"
@@ -89,8 +90,17 @@ lint: install
 install-horovod: install
 	scripts/install_horovod.sh $(VENV)
 
+# The PyTorch peer of benchmark-layers (timm's B0s) in its own environment, never in the
+# project's dependencies: torch + torchvision pinned so that they load together on this CPU.
+TIMM_VENV := .venv-timm
+$(TIMM_VENV)/.installed: scripts/venv_timm.sh
+	scripts/venv_timm.sh $(TIMM_VENV)
+venv-timm: $(TIMM_VENV)/.installed
+
 # Benchmarks (benchmarks/README.md): each writes results/<name>.jsonl and <name>.png.
+# A failed venv-timm does not stop benchmark-layers: its rows then say why timm is missing.
 benchmark-layers: install
+	-$(MAKE) --no-print-directory venv-timm
 	$(PY) -m benchmarks.bench_model
 	$(PY) -m benchmarks.bench_group_conv
 

@@ -7,8 +7,18 @@ Run with `make benchmark-layers` (or `python -m benchmarks.bench_model --help`).
   `Conv2D(groups=9)`; and the cost of proxy norm: GroupNorm(4)+swish (the reference) against
   LayerNorm+swish and GroupNorm/LayerNorm (no affine) + `ProxyNormActivation(swish)`.
 - `model_<backend>.jsonl`: training and inference images/s of our B0 variants (G1-BN, G1-GN,
-  G16-GN, G16-LN+PN) at the native (224) and half (160) resolution, each against
-  `keras.applications.EfficientNetB0` at the same resolution, mode and batch.
+  G16-GN, G16-LN+PN; on TensorFlow also their inference through `keras_efficientnet.serving`,
+  labelled `[serving]`) at the native (224) and half (160) resolution, each against
+  `keras.applications.EfficientNetB0` at the same resolution, mode and batch, and against timm's
+  `efficientnet_b0` on PyTorch (`ratio_to_timm`; `ratio_to_native_timm` against it at 224),
+  which a child process measures from its own environment (`make venv-timm`,
+  benchmarks/timm_peer.py) with timm's `tf_efficientnet_b0`, at the same batch, resolution,
+  precision (float32) and thread count, in channels-last memory. Where that environment is
+  missing or broken, each row's `timm_status` says why and the run goes on.
+
+The model configurations are measured in `--rounds` interleaved rounds (all of them, then the
+peer, then all again): on a shared machine a single run can drop to half speed, so each row
+holds the best round, every round (`images_per_second_rounds`) and their `spread`.
 
 Every timing follows warm-up calls (the first traces); a non-finite loss stops the run. `--size
 tiny` swaps B0 for the test-only tiny variant (and Keras' own EfficientNet builder at the same
@@ -18,7 +28,10 @@ scaling as the reference) so that tests can take one step per configuration in s
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,8 +39,10 @@ import keras
 import numpy as np
 
 import keras_efficientnet as ke
+from benchmarks import timm_peer
 from benchmarks.common import check_finite, machine, make_row, time_calls, write_results
 from keras_efficientnet.models.efficientnet import SCALING
+from keras_efficientnet.serving import serving_model
 
 BASELINE = "keras.applications.EfficientNetB0"
 # Our variants, by the label the results use, and their preset family.
@@ -35,6 +50,14 @@ VARIANTS = {"G1-BN": "g1-bn", "G1-GN": "g1-gn", "G16-GN": "g16-gn", "G16-LN+PN":
 # Native and reduced ("half": about half the pixels) resolutions (docs/recipes.md).
 RESOLUTIONS = {"b0": (224, 160), "tiny": (64, 32)}
 CLASSES = 1000
+# The PyTorch peer (benchmarks/timm_peer.py) in its own environment (make venv-timm).
+REPO = Path(__file__).resolve().parents[1]
+TIMM_PYTHON = os.environ.get("KE_TIMM_PYTHON", str(REPO / ".venv-timm" / "bin" / "python"))
+TIMM_MODELS = {"efficientnet_b0": "timm efficientnet_b0 (PyTorch)",
+               "tf_efficientnet_b0": "timm tf_efficientnet_b0 (PyTorch)"}
+TIMM_PEER = TIMM_MODELS["efficientnet_b0"]  # the one `ratio_to_timm` divides by
+TIMM_TIMEOUT = 1800.0  # seconds for one child run (B0 at 2 resolutions on 2 busy cores: ~5 min)
+SERVING_SUFFIX = "[serving]"  # our variants' inference through keras_efficientnet.serving
 
 
 def build_reference(size: str, resolution: int, classes: int = CLASSES) -> keras.Model:
@@ -169,9 +192,10 @@ def bench_layers(batch: int, size: int, channels: int, group_size: int, repeats:
 
 
 def _throughputs(model: keras.Model, dtype: str, batch: int, resolution: int, *, warmup: int,
-                 steps: int, infer_steps: int,
-                 eager: bool = False) -> dict[str, tuple[float, float]]:
-    """{"train"|"inference": (images/s, median seconds a step)} after warm-up steps."""
+                 steps: int, infer_steps: int, eager: bool = False,
+                 serving: bool = False) -> dict[str, tuple[float, float]]:
+    """{"train"|"inference"|"serving": (images/s, median seconds a step)} after warm-up steps;
+    "serving" (with `serving`) is the inference of `keras_efficientnet.serving.serving_model`."""
     backend = keras.backend.backend()
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -184,51 +208,164 @@ def _throughputs(model: keras.Model, dtype: str, batch: int, resolution: int, *,
     def train_step():
         check_finite(model.train_on_batch(images, labels), f"{model.name} training")
 
-    def infer_step():
-        check_finite(np.sum(np.asarray(model.predict_on_batch(images), "float64")),
-                     f"{model.name} inference")
+    def infer_step(predictor=model):
+        check_finite(np.sum(np.asarray(predictor.predict_on_batch(images), "float64")),
+                     f"{predictor.name} inference")
 
     train = time_calls(train_step, warmup=warmup, repeats=steps)
     infer = time_calls(infer_step, warmup=warmup, repeats=infer_steps)
-    return {"train": (batch / train, train), "inference": (batch / infer, infer)}
+    measured = {"train": (batch / train, train), "inference": (batch / infer, infer)}
+    if serving:
+        fast = serving_model(model)
+        fast.run_eagerly = eager
+        seconds = time_calls(lambda: infer_step(fast), warmup=warmup, repeats=infer_steps)
+        measured["serving"] = (batch / seconds, seconds)
+    return measured
+
+
+# ------------------------------------------------------------------------------ timm peer
+
+
+def run_timm_peer(python: str, resolutions: list[int], batch: int, *, threads: int,
+                  warmup: int, steps: int, infer_steps: int,
+                  timeout: float = TIMM_TIMEOUT) -> tuple[list[dict], str | None]:
+    """Measurements of timm's B0s by `benchmarks/timm_peer.py` under `python` (a child process),
+    and None, or what was measured and the reason the peer did not (fully) run."""
+    if not Path(python).is_file():
+        return [], (f"no PyTorch peer: {python} does not exist (make venv-timm creates it)")
+    command = [python, "-m", "benchmarks.timm_peer", "--models", ",".join(TIMM_MODELS),
+               "--resolutions", ",".join(map(str, resolutions)), "--batch", str(batch),
+               "--threads", str(threads), "--warmup", str(warmup), "--steps", str(steps),
+               "--infer-steps", str(infer_steps)]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    try:
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], f"the timm peer took over {timeout:.0f} s and was stopped"
+    lines = done.stdout.splitlines()
+    measured = [json.loads(line[len(timm_peer.ROW_PREFIX):]) for line in lines
+                if line.startswith(timm_peer.ROW_PREFIX)]
+    reasons = [line[len(timm_peer.UNAVAILABLE_PREFIX):] for line in lines
+               if line.startswith(timm_peer.UNAVAILABLE_PREFIX)]
+    if done.returncode == 0:
+        return measured, None
+    last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+    return measured, (reasons[0] if reasons else
+                      f"the timm peer exited with status {done.returncode}: {last}")
+
+
+def intra_op_threads() -> int:
+    """The intra-op threads this process' backend uses (TensorFlow's 0 means one per core)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count() or 1
+    return os.cpu_count() or 1
+
+
+# ----------------------------------------------------------------------------------- models
+
+
+def _measure_round(size, resolution, batch, args, variants, eager, samples) -> None:
+    """One measurement of every configuration at `resolution`, appended to `samples`."""
+    for label, build, dtype in model_configs(size, variants):
+        keras.utils.clear_session()
+        model = build(resolution)
+        macs = ke.count_macs(model)
+        ours = label != BASELINE and keras.backend.backend() == "tensorflow"
+        for mode, (ips, seconds) in _throughputs(
+                model, dtype, batch, resolution, warmup=args["warmup"], steps=args["steps"],
+                infer_steps=args["infer_steps"], eager=eager, serving=ours).items():
+            key = ("inference", resolution, f"{label} {SERVING_SUFFIX}") if mode == "serving" \
+                else (mode, resolution, label)
+            samples.setdefault(key, {"backend": keras.backend.backend(), "gmacs": macs / 1e9,
+                                     "seconds": []})["seconds"].append(seconds)
+            print(f"{key[0]:9s} {resolution:4d}px {key[2]:34s} {ips:8.2f} img/s", flush=True)
+        del model
+
+
+def _add_timm_samples(measured: list[dict], samples: dict) -> None:
+    for m in measured:
+        key = (m["mode"], m["resolution"], TIMM_MODELS[m["model"]])
+        entry = samples.setdefault(key, {"backend": "torch", "seconds": [],
+                                         "peer": {"torch": m["torch"], "timm": m["timm"],
+                                                  "threads": m["threads"]}})
+        entry["seconds"].append(m["seconds_per_step"])
+        print(f"{m['mode']:9s} {m['resolution']:4d}px {key[2]:34s} "
+              f"{m['images_per_second']:8.2f} img/s", flush=True)
 
 
 def bench_models(size: str, resolutions: list[int], batch: int, *, warmup: int, steps: int,
                  infer_steps: int, info: dict, variants: list[str] | None = None,
-                 eager: bool = False) -> list[dict]:
-    backend = keras.backend.backend()
-    measured = {}  # (mode, resolution, label) -> (images/s, seconds a step, macs)
-    for resolution in resolutions:
-        for label, build, dtype in model_configs(size, variants):
-            keras.utils.clear_session()
-            model = build(resolution)
-            macs = ke.count_macs(model)
-            for mode, (ips, seconds) in _throughputs(
-                    model, dtype, batch, resolution, warmup=warmup, steps=steps,
-                    infer_steps=infer_steps, eager=eager).items():
-                measured[mode, resolution, label] = (ips, seconds, macs)
-                print(f"{mode:9s} {resolution:4d}px {label:34s} {ips:8.2f} img/s", flush=True)
-            del model
+                 eager: bool = False, rounds: int = 1,
+                 timm_python: str | None = None) -> list[dict]:
+    """`rounds` interleaved rounds (every configuration, then the timm peer, per resolution);
+    rows with the best round, the spread of the rounds and the ratios to the references."""
+    samples: dict = {}  # (mode, resolution, label) -> {"seconds": [...], "backend", ...}
+    args = dict(warmup=warmup, steps=steps, infer_steps=infer_steps)
+    timm_status = None if timm_python else "timm peer left out (--no-timm)"
+    for _ in range(rounds):
+        for resolution in resolutions:
+            _measure_round(size, resolution, batch, args, variants, eager, samples)
+            if timm_status is None:
+                measured, timm_status = run_timm_peer(timm_python, [resolution], batch,
+                                                      threads=intra_op_threads(), **args)
+                _add_timm_samples(measured, samples)
+                if timm_status:
+                    print(f"timm peer: {timm_status}; the run goes on without it", flush=True)
+    return model_rows(samples, batch=batch, native=resolutions[0], info=info, size=size,
+                      eager=eager, steps=dict(train=steps, inference=infer_steps),
+                      warmup=warmup, timm_status=timm_status)
+
+
+def model_rows(samples: dict, *, batch: int, native: int, info: dict, size: str, eager: bool,
+               steps: dict, warmup: int, timm_status: str | None) -> list[dict]:
+    """Rows from `samples` (best round of each), each with `ratio_to_reference` (to
+    keras.applications), `ratio_to_timm` (to timm's efficientnet_b0 at the same mode and
+    resolution) and `ratio_to_native_timm` (to it at the native resolution), or `timm_status`
+    saying why the timm ratios are missing."""
+    def best(key):
+        return batch / min(samples[key]["seconds"])
+
     rows = []
-    native = resolutions[0]
-    for (mode, resolution, label), (ips, seconds, macs) in measured.items():
+    for (mode, resolution, label), entry in samples.items():
+        ips = best((mode, resolution, label))
+        rounds = sorted(batch / s for s in entry["seconds"])
+        extra = dict(model_size=size, seconds_per_step=round(min(entry["seconds"]), 4),
+                     steps=steps[mode], warmup_steps=warmup, eager=eager,
+                     rounds=len(rounds), images_per_second_rounds=[round(r, 3) for r in rounds],
+                     spread=round((rounds[-1] - rounds[0]) / rounds[-1], 4),
+                     ratio_to_native_reference=round(ips / best((mode, native, BASELINE)), 4))
+        if "gmacs" in entry:
+            extra["gmacs"] = round(entry["gmacs"], 4)
+        if "peer" in entry:
+            extra["peer"] = entry["peer"]
+        timm_key, native_timm = (mode, resolution, TIMM_PEER), (mode, native, TIMM_PEER)
+        if timm_key in samples and native_timm in samples:
+            extra["ratio_to_timm"] = round(ips / best(timm_key), 4)
+            extra["ratio_to_native_timm"] = round(ips / best(native_timm), 4)
+            extra["timm_status"] = "measured"
+        else:
+            extra["timm_status"] = timm_status or "timm peer not measured at this resolution"
         rows.append(make_row(
-            mode, machine=info, backend=backend, variant=label, resolution=resolution,
+            mode, machine=info, backend=entry["backend"], variant=label, resolution=resolution,
             batch=batch, precision="float32", images_per_second=ips, reference=BASELINE,
-            reference_images_per_second=measured[mode, resolution, BASELINE][0],
-            model_size=size, seconds_per_step=round(seconds, 4),
-            steps=steps if mode == "train" else infer_steps, warmup_steps=warmup,
-            gmacs=round(macs / 1e9, 4), eager=eager,
-            # The paper's point: a variant at reduced resolution against the native reference.
-            ratio_to_native_reference=round(ips / measured[mode, native, BASELINE][0], 4)))
+            reference_images_per_second=best((mode, resolution, BASELINE)), **extra))
     return rows
 
 
 def _summary(rows: list[dict]) -> None:
-    print(f"\n{'benchmark':14s} {'res':>4s} {'variant':34s} {'img/s':>9s} {'vs ref':>7s}")
+    print(f"\n{'benchmark':10s} {'res':>4s} {'variant':36s} {'img/s':>8s} {'spread':>7s} "
+          f"{'vs ref':>7s} {'vs timm':>8s}")
     for row in rows:
-        print(f"{row['benchmark']:14s} {row['resolution']:4d} {row['variant']:34s} "
-              f"{row['images_per_second']:9.2f} {row['ratio_to_reference']:7.3f}")
+        timm = row.get("ratio_to_timm")
+        print(f"{row['benchmark']:10s} {row['resolution']:4d} {row['variant']:36s} "
+              f"{row['images_per_second']:8.2f} {row['spread']:7.1%} "
+              f"{row['ratio_to_reference']:7.3f} " + (f"{timm:8.3f}" if timm else f"{'-':>8s}"))
+    status = {row["timm_status"] for row in rows} - {"measured"}
+    if status:
+        print(f"timm ratios missing: {'; '.join(sorted(status))}")
 
 
 def main(argv=None) -> list[dict]:
@@ -253,9 +390,18 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--eager", action="store_true",
                         help="no tf.function/jit (tests: every configuration steps without "
                              "tracing; the timings mean nothing)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="interleaved rounds of every model configuration (and the timm "
+                             "peer); rows report the best round and the spread")
+    parser.add_argument("--timm-python", default=TIMM_PYTHON,
+                        help="interpreter with torch and timm (make venv-timm; "
+                             "$KE_TIMM_PYTHON)")
+    parser.add_argument("--no-timm", action="store_true", help="leave the PyTorch peer out")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, received {args.rounds}")
     resolutions = ([int(r) for r in args.resolutions.split(",")] if args.resolutions
                    else list(RESOLUTIONS[args.size]))
     variants = args.variants.split(",") if args.variants else None
@@ -272,12 +418,13 @@ def main(argv=None) -> list[dict]:
         write_results(f"layers_{backend}", layer_rows, args.output_dir)
         rows += layer_rows
     if not args.skip_models:
-        model_rows = bench_models(args.size, resolutions, args.batch, warmup=args.warmup,
-                                  steps=args.steps, infer_steps=args.infer_steps, info=info,
-                                  variants=variants, eager=args.eager)
-        _summary(model_rows)
-        write_results(f"model_{backend}", model_rows, args.output_dir)
-        rows += model_rows
+        measured = bench_models(args.size, resolutions, args.batch, warmup=args.warmup,
+                                steps=args.steps, infer_steps=args.infer_steps, info=info,
+                                variants=variants, eager=args.eager, rounds=args.rounds,
+                                timm_python=None if args.no_timm else args.timm_python)
+        _summary(measured)
+        write_results(f"model_{backend}", measured, args.output_dir)
+        rows += measured
     return rows
 
 

@@ -25,7 +25,7 @@ TIMM_SPEC="${TIMM_SPEC:-timm==1.0.31}"
 import timm
 import torch
 
-model = timm.create_model("efficientnet_b0", pretrained=False, num_classes=10)
+model = timm.create_model("efficientnet_b0", pretrained=False, num_classes=10).eval()
 out = model(torch.zeros(1, 3, 32, 32))
 assert out.shape == (1, 10), out.shape
 print(f"timm {timm.__version__} on torch {torch.__version__}: efficientnet_b0 builds and runs")

@@ -44,12 +44,46 @@ def check_references(rows: list[dict], group) -> None:
         assert {r["reference"] for r in members} == {reference["variant"]}
 
 
+FAKE_PEER_SECONDS = 0.25  # what the stand-in peer below reports for every timm step
+
+
+def fake_interpreter(tmp_path: Path, body: str) -> str:
+    """An executable standing in for .venv-timm/bin/python: it runs `body` (Python) with the
+    arguments bench_model passes after `-m benchmarks.timm_peer`."""
+    script = tmp_path / "peer.py"
+    script.write_text(body)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {script} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+STAND_IN_PEER = f"""
+import argparse, json
+from benchmarks import timm_peer
+parser = argparse.ArgumentParser()
+for name in ("--models", "--resolutions", "--batch", "--threads", "--warmup", "--steps",
+             "--infer-steps"):
+    parser.add_argument(name)
+args = parser.parse_args()
+for resolution in args.resolutions.split(","):
+    for model in args.models.split(","):
+        for mode in ("train", "inference"):
+            print(timm_peer.ROW_PREFIX + json.dumps(dict(
+                model=model, mode=mode, resolution=int(resolution), batch=int(args.batch),
+                seconds_per_step={FAKE_PEER_SECONDS}, images_per_second=0.0,
+                threads=int(args.threads), torch="stand-in", timm="stand-in")))
+"""
+
+
 def test_model_benchmark_steps_every_layer_and_model_configuration(tmp_path):
+    peer = fake_interpreter(tmp_path, STAND_IN_PEER)
     bench_model.main(["--size", "tiny", "--resolutions", "32", "--batch", "2", "--warmup", "1",
                       "--steps", "1", "--infer-steps", "1", "--layer-batch", "2",
                       "--layer-size", "8", "--layer-channels", "32", "--layer-repeats", "1",
                       # Untraced: tracing 10 graphs would take a minute on 2 cores.
-                      "--eager", "--output-dir", str(tmp_path)])
+                      "--eager", "--rounds", "1", "--timm-python", peer,
+                      "--output-dir", str(tmp_path)])
     backend = keras.backend.backend()
     layers = check_results(tmp_path, f"layers_{backend}")
     assert {(r["benchmark"], r["variant"]) for r in layers} == {
@@ -60,13 +94,87 @@ def test_model_benchmark_steps_every_layer_and_model_configuration(tmp_path):
     check_references(layers, lambda r: r["benchmark"])
 
     models = check_results(tmp_path, f"model_{backend}")
-    variants = [bench_model.BASELINE, *bench_model.VARIANTS]
+    variants = [bench_model.BASELINE, *bench_model.VARIANTS, *bench_model.TIMM_MODELS.values()]
+    serving = [f"{v} {bench_model.SERVING_SUFFIX}" for v in bench_model.VARIANTS]
     assert sorted((r["benchmark"], r["variant"]) for r in models) == sorted(
-        (mode, v) for mode in ("train", "inference") for v in variants)
+        [(mode, v) for mode in ("train", "inference") for v in variants]
+        + [("inference", v) for v in serving])
     assert {(r["resolution"], r["batch"], r["precision"]) for r in models} == {
         (32, 2, "float32")}
     check_references(models, lambda r: (r["benchmark"], r["resolution"]))
-    assert all(r["gmacs"] > 0 and r["machine"]["backend"] == backend for r in models)
+    assert all(r["machine"]["backend"] == backend for r in models)
+    assert all(r["gmacs"] > 0 for r in models if r["backend"] != "torch")
+    # Every row carries its ratio to the peer's efficientnet_b0 (2 images / 0.25 s = 8 img/s).
+    for row in models:
+        assert row["timm_status"] == "measured"
+        assert row["ratio_to_timm"] == pytest.approx(
+            row["images_per_second"] / (2 / FAKE_PEER_SECONDS), rel=1e-3)
+    peer_rows = [r for r in models if r["backend"] == "torch"]
+    assert {r["peer"]["threads"] for r in peer_rows} == {bench_model.intra_op_threads()}
+
+
+def test_model_rows_take_the_best_round_and_divide_by_timm():
+    samples = {
+        ("train", 224, bench_model.BASELINE): {"backend": "tensorflow", "seconds": [2.0, 1.0]},
+        ("train", 224, "G16-LN+PN"): {"backend": "tensorflow", "seconds": [0.8, 1.6],
+                                      "gmacs": 0.64},
+        ("train", 160, bench_model.BASELINE): {"backend": "tensorflow", "seconds": [0.5]},
+        ("train", 160, "G16-LN+PN"): {"backend": "tensorflow", "seconds": [0.4]},
+        ("train", 224, bench_model.TIMM_PEER): {"backend": "torch", "seconds": [1.25, 2.5]},
+        ("train", 160, bench_model.TIMM_PEER): {"backend": "torch", "seconds": [0.625]},
+    }
+    rows = bench_model.model_rows(samples, batch=32, native=224, info=common.machine(),
+                                  size="b0", eager=False, steps={"train": 3}, warmup=1,
+                                  timm_status=None)
+    by_key = {(r["resolution"], r["variant"]): r for r in rows}
+    ours = by_key[224, "G16-LN+PN"]
+    assert ours["images_per_second"] == 40.0  # the faster round: 32 images / 0.8 s
+    assert ours["images_per_second_rounds"] == [20.0, 40.0] and ours["spread"] == 0.5
+    assert ours["ratio_to_reference"] == 1.25  # keras.applications' best: 32 img/s
+    assert ours["ratio_to_timm"] == 1.5625  # timm's best: 25.6 img/s
+    half = by_key[160, "G16-LN+PN"]
+    assert half["ratio_to_timm"] == 1.5625 and half["ratio_to_native_timm"] == 3.125
+    assert half["ratio_to_native_reference"] == 2.5
+    # Without the peer the rows say why, and carry no timm ratio.
+    del samples["train", 224, bench_model.TIMM_PEER], samples["train", 160, bench_model.TIMM_PEER]
+    rows = bench_model.model_rows(samples, batch=32, native=224, info=common.machine(),
+                                  size="b0", eager=False, steps={"train": 3}, warmup=1,
+                                  timm_status="no PyTorch peer: x does not exist")
+    assert all("ratio_to_timm" not in r for r in rows)
+    assert {r["timm_status"] for r in rows} == {"no PyTorch peer: x does not exist"}
+
+
+def test_timm_peer_failures_become_a_reason_not_an_error(tmp_path):
+    missing = tmp_path / "no-venv" / "python"
+    measured, reason = bench_model.run_timm_peer(str(missing), [32], 2, threads=1, warmup=1,
+                                                 steps=1, infer_steps=1)
+    assert measured == [] and reason == (f"no PyTorch peer: {missing} does not exist "
+                                         "(make venv-timm creates it)")
+    # An environment where timm does not import (torchvision's CUDA build beside a CPU torch
+    # fails like this): the child's own one-line reason comes back.
+    broken = fake_interpreter(tmp_path, "import sys\nsys.modules['timm'] = None\n"
+                                        "from benchmarks import timm_peer\n"
+                                        "sys.exit(timm_peer.main(sys.argv[1:]))\n")
+    measured, reason = bench_model.run_timm_peer(broken, [32], 2, threads=1, warmup=1,
+                                                 steps=1, infer_steps=1)
+    assert measured == []
+    assert reason.startswith("import timm failed in ") and "import of timm halted" in reason
+    crashing = fake_interpreter(tmp_path, "raise SystemExit('peer crashed: out of memory')\n")
+    measured, reason = bench_model.run_timm_peer(crashing, [32], 2, threads=1, warmup=1,
+                                                 steps=1, infer_steps=1)
+    assert reason == "the timm peer exited with status 1: peer crashed: out of memory"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(bench_model.TIMM_PYTHON).is_file(),
+                    reason="no .venv-timm (make venv-timm)")
+def test_real_timm_peer_measures_both_models_in_both_modes():
+    measured, reason = bench_model.run_timm_peer(bench_model.TIMM_PYTHON, [32], 2, threads=1,
+                                                 warmup=1, steps=1, infer_steps=1)
+    assert reason is None
+    assert sorted((m["model"], m["mode"]) for m in measured) == sorted(
+        (name, mode) for name in bench_model.TIMM_MODELS for mode in ("train", "inference"))
+    assert all(m["images_per_second"] > 0 and m["threads"] == 1 for m in measured)
 
 
 def test_model_benchmark_fails_loudly_on_a_non_finite_loss():
