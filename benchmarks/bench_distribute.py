@@ -126,7 +126,7 @@ def sharding_rows(args) -> list[dict]:
                 print(f"  {name}: decoded {decoded} images in {seconds:.2f} s", flush=True)
                 rows.append({"benchmark": "input_sharding", "variant": name,
                              "workers": workers, "worker": index,
-                             "batch": config.plan.host_batch_size,
+                             "batch": config.plan.examples_per_step_call // workers,
                              "decoded_images": decoded, "seconds_per_epoch": round(seconds, 3),
                              "images_per_second": decoded / seconds,
                              "images_per_cpu_second": round(decoded / max(cpu, 1e-9), 2)})

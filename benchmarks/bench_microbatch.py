@@ -106,7 +106,7 @@ def train_and_score(config: TrainConfig, bn_batches: int) -> dict:
                                   split=config.eval_split, repeat=False, num_classes=num_classes)
     steps = config.eval_steps or -(-eval_examples // config.micro_batch_size)
     result = {"images_per_second": trained["images_per_second"], "seconds": seconds,
-              "steps_per_epoch": trained["steps_per_epoch"]}
+              "steps_per_epoch": trained["step_calls_per_epoch"]}
     if batch_norm_layers(model):
         result["top1_moving_averages"] = trainer.evaluate(model, data, steps)["top1"]
         train_data = trainer.build_datasets(config, config.train_resolution, training=True,

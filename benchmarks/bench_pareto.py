@@ -125,7 +125,7 @@ def run_method(config: TrainConfig) -> dict:
     print(f"  {phase}: {seconds:7.1f} s, held-out top-1 {final['top1']:.4f}", flush=True)
     return {"curve": curve, "images_per_second": trained["images_per_second"],
             "finetune_images_per_second": finetune_ips, "final_top1": round(final["top1"], 4),
-            "train_seconds": round(seconds, 2), "steps_per_epoch": trained["steps_per_epoch"]}
+            "train_seconds": round(seconds, 2), "steps_per_epoch": trained["step_calls_per_epoch"]}
 
 
 def seconds_to(curve: list[dict], target: float) -> float | None:

@@ -16,12 +16,9 @@ from absl import app, flags
 
 from keras_efficientnet.cli import errors
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
+from keras_efficientnet.training.plan import STRATEGY_TABLE
 
 define_flags()
-
-# Strategies whose one process owns the run directory; multi-process runs let their chief take
-# it once the strategy says which process that is (in `train_and_evaluate`).
-SINGLE_PROCESS_STRATEGIES = ("default", "mirrored", "ipu")
 
 
 def cpu_oversubscription(config) -> str | None:
@@ -50,28 +47,35 @@ def check_local_folder(config) -> None:
                          "*.jpg (or .png)")
 
 
-def _run(config) -> None:
-    from keras_efficientnet.training import run_dir
+def _run(config, session) -> dict:
+    """Inside the run's session: the warnings and the plan, TensorFlow's import, the run."""
+    warning = cpu_oversubscription(config)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    print(config.plan.describe(), flush=True)  # the plan and its global batch, first
+    from keras_efficientnet.training import preemption
 
-    check_local_folder(config)
-    single = config.strategy in SINGLE_PROCESS_STRATEGIES
-    with run_dir.owned(config, chief=single):  # logs what it did (take-over, fresh run)
-        warning = cpu_oversubscription(config)
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr, flush=True)
-        # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
-        logging.getLogger("tensorflow").setLevel(logging.WARNING)
-        print(config.plan.describe(), flush=True)  # the plan and its global batch, first
-        from keras_efficientnet.training import preemption
+    # TensorFlow's threads, started by its import, must leave SIGTERM and SIGINT to this
+    # one for the multi-worker start-up's watchdog to see them (distribute.watchdog).
+    with preemption.held(STRATEGY_TABLE[config.strategy].signals_held_at_import):
+        import keras_efficientnet
+        from keras_efficientnet.distribute import run
 
-        # TensorFlow's threads, started by its import, must leave SIGTERM and SIGINT to this
-        # one for the multi-worker start-up's watchdog to see them (distribute.watchdog).
-        with preemption.held(config.strategy == "multiworker"):
-            import keras_efficientnet
-            from keras_efficientnet.distribute import run
+        keras_efficientnet.import_all()  # what `import keras_efficientnet` does elsewhere
+    return run(config, session=session)
 
-            keras_efficientnet.import_all()  # what `import keras_efficientnet` does elsewhere
-        run(config)
+
+def _report(config, results: dict, chief: bool) -> None:
+    """The end-of-run summary (the chief's; other processes name the chief)."""
+    from keras_efficientnet.cli.summary import summary
+    from keras_efficientnet.training.results import results_path
+
+    if not chief:
+        print(f"top-1 {results['top1']:.4f}; the chief process writes the results", flush=True)
+        return
+    print(summary(config, results, results_path(config)), flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -85,18 +89,23 @@ def main(argv: list[str]) -> int:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return errors.BAD_INPUT
-    from keras_efficientnet.training import preemption
+    from keras_efficientnet.training.session import RunSession
 
-    with preemption.watching():
-        try:
-            _run(config)
-        except Exception as error:  # one line for those a user can act on (cli.errors)
-            described = errors.describe(error)
-            if described is None:
-                raise
-            message, status = described
-            print(message, file=sys.stderr, flush=True)
-            return status
+    # One-process strategies own model_dir now, before TensorFlow loads (logging what it did:
+    # take-over, fresh run); the others once the runtime says which process is the chief.
+    one_process = STRATEGY_TABLE[config.strategy].one_process
+    try:
+        check_local_folder(config)
+        with RunSession(config, chief=True if one_process else None) as session:
+            results = _run(config, session)
+    except Exception as error:  # one line for those a user can act on (cli.errors)
+        described = errors.describe(error)
+        if described is None:
+            raise
+        message, status = described
+        print(message, file=sys.stderr, flush=True)
+        return status
+    _report(config, results, session.chief)
     return 0
 
 

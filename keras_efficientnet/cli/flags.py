@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import warnings
 
 from absl import flags
 
@@ -40,7 +42,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
-    """The frozen config of the parsed flags (validated: bad values raise ValueError)."""
+    """The frozen config of the parsed flags (validated: bad values raise ValueError). A flag
+    under its deprecated name prints one `warning:` line naming the new one."""
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(TrainConfig)}
     global_batch = flag_values["global_batch_size"].value if (
         "global_batch_size" in flag_values) else 0
@@ -49,4 +52,9 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         values["gradient_accumulation"] = accumulation_for(
             global_batch, values["micro_batch_size"], values["replicas"],
             given.value if given.present else None)
-    return TrainConfig(**values)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        config = TrainConfig(**values)
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr, flush=True)
+    return config

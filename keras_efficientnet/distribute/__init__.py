@@ -8,8 +8,10 @@ replicas=2, ...)` gives a notebook a started runtime. The plan value itself
 import importlib
 
 from keras_efficientnet.training.plan import (
+    PIPELINED_RUNTIME,
     PRECISIONS,
     STRATEGIES,
+    STRATEGY_TABLE,
     ExecutionPlan,
     accumulation_for,
     parse_pipeline_splits,
@@ -17,14 +19,16 @@ from keras_efficientnet.training.plan import (
 )
 
 # TensorFlow-dependent parts load on first use, so that planning and flag validation stay cheap.
+# name -> module: the runtime classes come from the strategy table.
 _LAZY = {
     "make_runtime": "launch", "run": "launch", "runtime_for": "launch",
     "configure_logical_cpus": "devices",
-    "PipelinedModel": "pipeline", "PipelinedRuntime": "pipeline", "split_model": "pipeline",
+    "PipelinedModel": "pipeline", "split_model": "pipeline",
     "plan_splits": "planner", "describe_splits": "planner", "unit_costs": "planner",
-    "MirroredRuntime": "mirrored", "MultiWorkerRuntime": "multiworker",
-    "HorovodRuntime": "horovod", "IPURuntime": "ipu",
     "make_train_step": "train_loop", "fit": "train_loop",
+    **{cls: module.rpartition(".")[2]
+       for module, cls in (*(s.runtime for s in STRATEGY_TABLE.values()), PIPELINED_RUNTIME)
+       if module.startswith(__name__)},
 }
 _MODULES = ("devices", "horovod", "ipu", "launch", "mirrored", "multiworker", "pipeline",
             "planner", "train_loop")
@@ -32,12 +36,12 @@ _MODULES = ("devices", "horovod", "ipu", "launch", "mirrored", "multiworker", "p
 
 def __getattr__(name):
     if name in _LAZY:
-        module = importlib.import_module(f"keras_efficientnet.distribute.{_LAZY[name]}")
+        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
         return getattr(module, name)
     if name in _MODULES:
-        return importlib.import_module(f"keras_efficientnet.distribute.{name}")
-    raise AttributeError(f"module 'keras_efficientnet.distribute' has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PRECISIONS", "STRATEGIES", "ExecutionPlan", "accumulation_for",
+__all__ = ["PRECISIONS", "STRATEGIES", "STRATEGY_TABLE", "ExecutionPlan", "accumulation_for",
            "parse_pipeline_splits", "plan_from_values", *_LAZY]

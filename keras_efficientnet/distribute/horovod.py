@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_efficientnet.distribute import train_loop
-from keras_efficientnet.training import preemption
 from keras_efficientnet.training.plan import ExecutionPlan
-from keras_efficientnet.training.runtime import skip_seen
+from keras_efficientnet.training.runtime import RuntimeBase, first_step, skip_seen
 
 
 def import_horovod():
@@ -61,7 +58,7 @@ def make_horovod_train_step(model: keras.Model, optimizer: keras.optimizers.Opti
     return tf.function(step, jit_compile=False)
 
 
-class HorovodRuntime:
+class HorovodRuntime(RuntimeBase):
     """One replica per horovodrun process; each reads only its shard of the input.
 
     Rank r's input pipeline is shard r of `plan.replicas` (so each process decodes only its
@@ -92,12 +89,6 @@ class HorovodRuntime:
     def is_chief(self) -> bool:
         return self.hvd.rank() == 0
 
-    def scope(self):
-        return contextlib.nullcontext()
-
-    def attach(self, model) -> None:
-        pass
-
     def input_context(self) -> tf.distribute.InputContext:
         """This process's input pipeline: shard `rank` of `size`, one replica each."""
         return tf.distribute.InputContext(num_input_pipelines=self.hvd.size(),
@@ -108,27 +99,26 @@ class HorovodRuntime:
         return np.asarray(self.hvd.allreduce(tf.constant(values), op=self.hvd.Sum,
                                              name="resume_epoch"))
 
-    def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
-            callbacks=(), verbose=1):
-        train_loop.check_same_start(initial_epoch, self._sum_over_replicas, self.hvd.size(),
-                                    steps_per_epoch)
-        data = skip_seen(make_dataset(self.input_context()), initial_epoch=initial_epoch,
-                         steps_per_epoch=steps_per_epoch)
-        step = make_horovod_train_step(model, model.optimizer, model.loss, hvd=self.hvd,
-                                       micro_batches=self.plan.micro_batches_per_step)
-        # Same start everywhere: rank 0's weights and optimizer state (e.g. after resume).
-        broadcast_variables([*model.variables, *model.optimizer.variables], self.hvd)
-        run = dict(epochs=epochs, steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
-                   device_iterations=self.plan.device_iterations, callbacks=callbacks,
-                   verbose=verbose)
-        watch = preemption.active()
-        if watch is None:
-            return train_loop.fit(model, step, data, **run)
-        # SIGTERM/SIGINT stop every rank at the same step (see train_loop.StopVote).
+    def _stop_vote(self, watch) -> train_loop.StopVote:
+        """SIGTERM/SIGINT stop every rank at the same step (see train_loop.StopVote)."""
         size, rank = self.hvd.size(), self.hvd.rank()
-        vote = train_loop.StopVote(
+        return train_loop.StopVote(
             watch, lambda flag: self.hvd.allreduce(train_loop.one_hot_vote(rank, size, flag),
                                                    op=self.hvd.Sum, name="stop_vote"),
             [f"rank {r}" for r in range(size)])
-        with watch.coordinated():
-            return train_loop.fit(model, step, data, stop_vote=vote, **run)
+
+    def fit(self, model, make_dataset, *, epochs, step_calls_per_epoch, initial_epoch=0,
+            start_step=None, callbacks=(), verbose=1, watch=None):
+        train_loop.check_same_start(initial_epoch, self._sum_over_replicas, self.hvd.size(),
+                                    step_calls_per_epoch)
+        data = skip_seen(make_dataset(self.input_context()),
+                         first_step(initial_epoch, step_calls_per_epoch, start_step))
+        step = make_horovod_train_step(model, model.optimizer, model.loss, hvd=self.hvd,
+                                       micro_batches=self.plan.micro_batches_per_step_call)
+        # Same start everywhere: rank 0's weights and optimizer state (e.g. after resume).
+        broadcast_variables([*model.variables, *model.optimizer.variables], self.hvd)
+        return train_loop.fit_together(
+            model, step, data, watch=watch, make_vote=self._stop_vote, epochs=epochs,
+            step_calls_per_epoch=step_calls_per_epoch, initial_epoch=initial_epoch,
+            step_calls_per_execution=self.plan.step_calls_per_execution, callbacks=callbacks,
+            verbose=verbose)

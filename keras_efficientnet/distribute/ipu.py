@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from keras_efficientnet.distribute.planner import resolve_splits
 from keras_efficientnet.training.plan import ExecutionPlan
-from keras_efficientnet.training.runtime import skip_seen
+from keras_efficientnet.training.runtime import RuntimeBase, first_step, skip_seen
 
 IPU_REQUIREMENTS = (
     "--strategy=ipu needs Graphcore's Poplar SDK on a machine with IPUs: its TensorFlow 2.6 "
@@ -139,7 +139,7 @@ def apply_plan(model, plan: ExecutionPlan) -> None:
             gradient_accumulation_reduction_method=REDUCTION)
 
 
-class IPURuntime:
+class IPURuntime(RuntimeBase):
     """The plan on IPUs through Graphcore's Keras: its `fit` runs the pipeline and accumulates.
 
     `start()` raises `ipu_unavailable()` unless Graphcore's `tensorflow.python.ipu` is given
@@ -150,7 +150,6 @@ class IPURuntime:
         ipu: `tensorflow.python.ipu`, or a stand-in with the same API.
     """
 
-    is_chief = True
     evaluates_in_place = False  # a Graphcore model: evaluate a one-device copy
 
     def __init__(self, plan: ExecutionPlan, *, ipu=None):
@@ -177,12 +176,13 @@ class IPURuntime:
         return tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                           num_replicas_in_sync=self.plan.replicas)
 
-    def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
-            callbacks=(), verbose=1):
-        data = skip_seen(make_dataset(self.input_context()), initial_epoch=initial_epoch,
-                         steps_per_epoch=steps_per_epoch, batches_per_step=self.plan.replicas)
+    def fit(self, model, make_dataset, *, epochs, step_calls_per_epoch, initial_epoch=0,
+            start_step=None, callbacks=(), verbose=1, watch=None):
+        data = skip_seen(make_dataset(self.input_context()),
+                         first_step(initial_epoch, step_calls_per_epoch, start_step),
+                         batches_per_step_call=self.plan.replicas)
         # Graphcore's `fit` counts the batches of all replicas (each replica runs
-        # steps_per_epoch / replicas steps); ours counts one replica's steps.
+        # steps_per_epoch / replicas steps); ours counts one replica's step calls.
         return model.fit(data, epochs=epochs, initial_epoch=initial_epoch,
-                         steps_per_epoch=steps_per_epoch * self.plan.replicas,
+                         steps_per_epoch=step_calls_per_epoch * self.plan.replicas,
                          callbacks=list(callbacks), verbose=verbose)

@@ -6,36 +6,28 @@ import importlib
 import logging
 
 from keras_efficientnet.training.config import TrainConfig
-from keras_efficientnet.training.plan import ExecutionPlan, plan_from_values
-from keras_efficientnet.training.runtime import OneDevice, Runtime
+from keras_efficientnet.training.plan import (
+    PIPELINED_RUNTIME,
+    STRATEGY_TABLE,
+    ExecutionPlan,
+    plan_from_values,
+)
+from keras_efficientnet.training.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-# strategy -> (module, runtime class); "default" with pipeline stages is PipelinedRuntime.
-RUNTIMES = {
-    "mirrored": ("keras_efficientnet.distribute.mirrored", "MirroredRuntime"),
-    "multiworker": ("keras_efficientnet.distribute.multiworker", "MultiWorkerRuntime"),
-    "horovod": ("keras_efficientnet.distribute.horovod", "HorovodRuntime"),
-    "ipu": ("keras_efficientnet.distribute.ipu", "IPURuntime"),
-    "pipelined": ("keras_efficientnet.distribute.pipeline", "PipelinedRuntime"),
-}
-
-
-# strategy -> {runtime keyword: config field}: the config's settings a runtime takes.
-RUNTIME_OPTIONS = {"multiworker": {"timeout": "peer_timeout"}}
 
 
 def runtime_for(plan: ExecutionPlan | TrainConfig, **options) -> Runtime:
     """The (not yet started) runtime of a plan, or of a config's plan with the config's
-    runtime settings (`RUNTIME_OPTIONS`, e.g. `--peer_timeout`); `options` go to the runtime."""
+    runtime settings (the strategy's `runtime_options`, e.g. `--peer_timeout`); `options` go to
+    the runtime."""
     if isinstance(plan, TrainConfig):
         config, plan = plan, plan.plan
         options = {**{keyword: getattr(config, name) for keyword, name in
-                      RUNTIME_OPTIONS.get(plan.strategy, {}).items()}, **options}
-    key = "pipelined" if plan.strategy == "default" and plan.pipelined else plan.strategy
-    if key == "default":
-        return OneDevice(plan)
-    module, name = RUNTIMES[key]
+                      STRATEGY_TABLE[plan.strategy].runtime_options.items()}, **options}
+    strategy = STRATEGY_TABLE[plan.strategy]
+    module, name = (PIPELINED_RUNTIME if plan.strategy == "default" and plan.pipelined
+                    else strategy.runtime)
     # Imported on use: each strategy's packages (horovod, the IPU SDK) load only when asked for.
     return getattr(importlib.import_module(module), name)(plan, **options)
 
@@ -54,8 +46,8 @@ def make_runtime(strategy: str = "default", **plan_fields) -> Runtime:
         >>> with rt.scope():
         ...     model = ke.EfficientNet("tiny", classes=4)
     """
-    options = {keyword: plan_fields.pop(name)
-               for keyword, name in RUNTIME_OPTIONS.get(strategy, {}).items()
+    known = STRATEGY_TABLE[strategy].runtime_options if strategy in STRATEGY_TABLE else {}
+    options = {keyword: plan_fields.pop(name) for keyword, name in known.items()
                if name in plan_fields}
     plan = plan_from_values({"strategy": strategy, **plan_fields})
     log.info("%s", plan.describe())
@@ -64,16 +56,17 @@ def make_runtime(strategy: str = "default", **plan_fields) -> Runtime:
     return runtime
 
 
-def run(config: TrainConfig, runtime: Runtime | None = None) -> dict:
+def run(config: TrainConfig, runtime: Runtime | None = None, session=None) -> dict:
     """Trains and evaluates `config` under its execution plan: what the CLI runs.
 
     Builds the runtime of the config's plan and starts it (a missing package, too few devices
     or an unreachable peer fail here, before any work; multi-worker strategies also need this
-    to precede other TensorFlow ops), then runs `training.train_and_evaluate(config, runtime)`.
+    to precede other TensorFlow ops), then runs `training.train_and_evaluate(config, runtime,
+    session)` (`session`: the run's entered `training.session.RunSession`, or None for its own).
     """
     from keras_efficientnet.training.trainer import train_and_evaluate
 
     if runtime is None:
         runtime = runtime_for(config)
         runtime.start()
-    return train_and_evaluate(config, runtime=runtime)
+    return train_and_evaluate(config, runtime=runtime, session=session)

@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras_efficientnet.distribute import train_loop
 from keras_efficientnet.distribute.devices import local_devices
 from keras_efficientnet.training.plan import ExecutionPlan
-from keras_efficientnet.training.runtime import skip_seen
+from keras_efficientnet.training.runtime import RuntimeBase, first_step, skip_seen
 
 # One MirroredStrategy per device set and process: two strategies over the same devices number
 # their all-reduces from the same collective keys, and their ops then meet in one collective
@@ -23,7 +23,7 @@ def mirrored_strategy(devices: list[str]) -> tf.distribute.MirroredStrategy:
     return _MIRRORED[key]
 
 
-class MirroredRuntime:
+class MirroredRuntime(RuntimeBase):
     """`plan.replicas` replicas in this process, one per local GPU or logical CPU device.
 
     Keras' `fit` trains when a step is one micro-batch (it cuts each global batch between the
@@ -34,7 +34,6 @@ class MirroredRuntime:
         plan: an `ExecutionPlan` with strategy "mirrored".
     """
 
-    is_chief = True
     evaluates_in_place = False  # variables are mirrored: evaluate a one-device copy
 
     def __init__(self, plan: ExecutionPlan):
@@ -47,22 +46,20 @@ class MirroredRuntime:
     def scope(self):
         return self.strategy.scope()
 
-    def attach(self, model) -> None:
-        pass
-
-    def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
-            callbacks=(), verbose=1):
-        data = skip_seen(make_dataset(None), initial_epoch=initial_epoch,
-                         steps_per_epoch=steps_per_epoch)
-        if self.plan.micro_batches_per_step == 1:
+    def fit(self, model, make_dataset, *, epochs, step_calls_per_epoch, initial_epoch=0,
+            start_step=None, callbacks=(), verbose=1, watch=None):
+        data = skip_seen(make_dataset(None),
+                         first_step(initial_epoch, step_calls_per_epoch, start_step))
+        if self.plan.micro_batches_per_step_call == 1:
             return model.fit(data, epochs=epochs, initial_epoch=initial_epoch,
-                             steps_per_epoch=steps_per_epoch, callbacks=list(callbacks),
+                             steps_per_epoch=step_calls_per_epoch, callbacks=list(callbacks),
                              shuffle=False, verbose=verbose)
         step = train_loop.make_train_step(
-            model, model.optimizer, model.loss, global_batch_size=self.plan.global_batch_size,
-            strategy=self.strategy, micro_batches=self.plan.micro_batches_per_step)
+            model, model.optimizer, model.loss, global_batch_size=self.plan.examples_per_update,
+            strategy=self.strategy, micro_batches=self.plan.micro_batches_per_step_call)
         return train_loop.fit(
-            model, step, data, epochs=epochs, steps_per_epoch=steps_per_epoch,
-            initial_epoch=initial_epoch, device_iterations=self.plan.device_iterations,
+            model, step, data, epochs=epochs, step_calls_per_epoch=step_calls_per_epoch,
+            initial_epoch=initial_epoch,
+            step_calls_per_execution=self.plan.step_calls_per_execution,
             distribute=lambda x, y: train_loop.distribute_batch(self.strategy, x, y),
             callbacks=callbacks, verbose=verbose)

@@ -13,9 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_efficientnet.distribute import train_loop, watchdog
-from keras_efficientnet.training import preemption
 from keras_efficientnet.training.plan import ExecutionPlan
-from keras_efficientnet.training.runtime import skip_seen
+from keras_efficientnet.training.runtime import RuntimeBase, first_step, skip_seen
 
 # The jobs whose tasks join MultiWorkerMirroredStrategy's cluster (an evaluator does not).
 CLUSTER_JOBS = ("chief", "worker")
@@ -186,7 +185,7 @@ def is_chief_task(config: dict) -> bool:
     return kind == "chief" or (kind == "worker" and int(task["index"]) == 0)
 
 
-class MultiWorkerRuntime:
+class MultiWorkerRuntime(RuntimeBase):
     """`plan.replicas` replicas over the processes named in TF_CONFIG, one input shard each.
 
     Every worker reads only its shard of the training files
@@ -232,39 +231,34 @@ class MultiWorkerRuntime:
     def scope(self):
         return self.strategy.scope()
 
-    def attach(self, model) -> None:
-        pass
-
     def _sum_over_replicas(self, values: np.ndarray) -> np.ndarray:
         per_replica = self.strategy.run(lambda: tf.constant(values))
         total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return np.asarray(total)
 
-    def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
-            callbacks=(), verbose=1):
+    def fit(self, model, make_dataset, *, epochs, step_calls_per_epoch, initial_epoch=0,
+            start_step=None, callbacks=(), verbose=1, watch=None):
         train_loop.check_same_start(initial_epoch, self._sum_over_replicas,
-                                    self.strategy.num_replicas_in_sync, steps_per_epoch)
+                                    self.strategy.num_replicas_in_sync, step_calls_per_epoch)
+        start = first_step(initial_epoch, step_calls_per_epoch, start_step)
 
         def shard(input_context):
-            # Each local replica takes one batch of this worker's pipeline per step.
+            # Each local replica takes one batch of this worker's pipeline per step call.
             local = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-            return skip_seen(make_dataset(input_context), initial_epoch=initial_epoch,
-                             steps_per_epoch=steps_per_epoch, batches_per_step=local)
+            return skip_seen(make_dataset(input_context), start, batches_per_step_call=local)
 
         data = self.strategy.distribute_datasets_from_function(shard)
         step = train_loop.make_train_step(
-            model, model.optimizer, model.loss, global_batch_size=self.plan.global_batch_size,
-            strategy=self.strategy, micro_batches=self.plan.micro_batches_per_step)
-        watch = preemption.active()
-        run = dict(epochs=epochs, steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
-                   device_iterations=self.plan.device_iterations, callbacks=callbacks,
-                   verbose=verbose)
-        if watch is None:
-            return train_loop.fit(model, step, data, **run)
+            model, model.optimizer, model.loss, global_batch_size=self.plan.examples_per_update,
+            strategy=self.strategy, micro_batches=self.plan.micro_batches_per_step_call)
         # SIGTERM/SIGINT stop every worker at the same step (see train_loop.StopVote).
-        vote = train_loop.strategy_stop_vote(self.strategy, watch, self.replica_names())
-        with watch.coordinated():
-            return train_loop.fit(model, step, data, stop_vote=vote, **run)
+        return train_loop.fit_together(
+            model, step, data, watch=watch, epochs=epochs,
+            make_vote=lambda w: train_loop.strategy_stop_vote(self.strategy, w,
+                                                              self.replica_names()),
+            step_calls_per_epoch=step_calls_per_epoch, initial_epoch=initial_epoch,
+            step_calls_per_execution=self.plan.step_calls_per_execution, callbacks=callbacks,
+            verbose=verbose)
 
     def replica_names(self) -> list[str]:
         """The task of each replica index: "worker 1 (host:port)", chief first, as

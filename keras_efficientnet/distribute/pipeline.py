@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import keras
 import tensorflow as tf
 
@@ -11,7 +9,7 @@ from keras_efficientnet.distribute import train_loop
 from keras_efficientnet.distribute.devices import local_devices
 from keras_efficientnet.distribute.planner import resolve_splits
 from keras_efficientnet.training.plan import ExecutionPlan, check_splits
-from keras_efficientnet.training.runtime import skip_seen
+from keras_efficientnet.training.runtime import RuntimeBase, first_step, skip_seen
 
 
 def _all_layers(layers) -> list[keras.Layer]:
@@ -185,7 +183,7 @@ class PipelinedModel:
         return tf.function(step, jit_compile=False)
 
 
-class PipelinedRuntime:
+class PipelinedRuntime(RuntimeBase):
     """The default strategy with pipeline stages: one device per stage, GPipe steps.
 
     Each step takes all micro-batches of one update (`PipelinedModel`) and the project's loop
@@ -196,9 +194,6 @@ class PipelinedRuntime:
         devices: one device name per stage; None: the local GPUs, else logical CPU devices.
     """
 
-    is_chief = True
-    evaluates_in_place = True
-
     def __init__(self, plan: ExecutionPlan, devices: list[str] | None = None):
         self.plan = plan
         self.devices = devices
@@ -207,21 +202,19 @@ class PipelinedRuntime:
         if self.devices is None:
             self.devices = local_devices(self.plan.num_stages, "pipeline stages")
 
-    def scope(self):
-        return contextlib.nullcontext()
-
     def attach(self, model: keras.Model) -> None:
         self.plan = resolve_splits(self.plan, model)
 
-    def fit(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
-            callbacks=(), verbose=1):
+    def fit(self, model, make_dataset, *, epochs, step_calls_per_epoch, initial_epoch=0,
+            start_step=None, callbacks=(), verbose=1, watch=None):
         pipe = PipelinedModel(model, self.plan.pipeline_splits,
-                              micro_batches=self.plan.micro_batches_per_step,
+                              micro_batches=self.plan.micro_batches_per_step_call,
                               devices=self.devices)
         step = pipe.make_train_step(model.optimizer, model.loss)
-        data = skip_seen(make_dataset(None), initial_epoch=initial_epoch,
-                         steps_per_epoch=steps_per_epoch)
-        return train_loop.fit(model, step, data, epochs=epochs, steps_per_epoch=steps_per_epoch,
+        data = skip_seen(make_dataset(None),
+                         first_step(initial_epoch, step_calls_per_epoch, start_step))
+        return train_loop.fit(model, step, data, epochs=epochs,
+                              step_calls_per_epoch=step_calls_per_epoch,
                               initial_epoch=initial_epoch,
-                              device_iterations=self.plan.device_iterations,
+                              step_calls_per_execution=self.plan.step_calls_per_execution,
                               callbacks=callbacks, verbose=verbose)

@@ -126,16 +126,16 @@ def make_train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, l
 
 
 def check_same_start(initial_epoch: int, sum_over_replicas, replicas: int,
-                     steps_per_epoch: int = 0) -> None:
+                     step_calls_per_epoch: int = 0) -> None:
     """Raises unless every replica resumes from `initial_epoch` with the same
-    `steps_per_epoch` left (a mid-epoch resume runs the epoch's remaining steps first).
+    `step_calls_per_epoch` left (a mid-epoch resume runs the epoch's remaining ones first).
 
     `sum_over_replicas(array)` all-reduces a float64 array (each replica contributes its
     own). All values are equal exactly when n * sum(e^2) == sum(e)^2, and every process sees the
     same sums, so all raise together instead of some waiting forever in a collective.
     """
-    values = np.array([initial_epoch, initial_epoch ** 2, steps_per_epoch,
-                       steps_per_epoch ** 2], "float64")
+    values = np.array([initial_epoch, initial_epoch ** 2, step_calls_per_epoch,
+                       step_calls_per_epoch ** 2], "float64")
     total, squares, steps, steps_squares = sum_over_replicas(values)
     fix = ("every worker must read the chief's checkpoints, so give all of them the same "
            "--model_dir on a filesystem they share (or --noresume on all)")
@@ -146,7 +146,7 @@ def check_same_start(initial_epoch: int, sum_over_replicas, replicas: int,
     if not np.isclose(replicas * steps_squares, steps * steps):
         raise ValueError(
             f"the workers resume from different steps of epoch {initial_epoch} (this one has "
-            f"{steps_per_epoch} steps left, the mean over the {replicas} replicas is "
+            f"{step_calls_per_epoch} steps left, the mean over the {replicas} replicas is "
             f"{steps / replicas:g}): {fix}")
 
 
@@ -206,25 +206,9 @@ def strategy_stop_vote(strategy, watch, names) -> StopVote:
     return StopVote(watch, sum_votes, names)
 
 
-def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
-        initial_epoch: int = 0, device_iterations: int = 1, distribute=None, callbacks=(),
-        verbose: int = 1, stop_vote: StopVote | None = None) -> keras.callbacks.History:
-    """The project's training loop: `step(x, y) -> loss` over `data`, with Keras callbacks.
-
-    What `model.fit` does, for steps it cannot run: epochs of `steps_per_epoch` steps from one
-    iterator over `data` (each element cut by `distribute(x, y)` when given), `device_iterations`
-    steps per host call, and the callbacks' hooks in Keras' order with `logs["loss"]` the
-    epoch's running mean loss. `model.stop_training` stops it. Returns the History callback, as
-    `fit` does. With `stop_vote` each host call also votes on a stop (see `StopVote`), in the
-    same `tf.function` as its steps; the checkpoint callback then stops on the agreed signal.
-    """
-    if not isinstance(device_iterations, int) or device_iterations < 1:
-        raise ValueError(f"device_iterations must be a positive int, received "
-                         f"{device_iterations!r}")
-    distribute = distribute or (lambda x, y: (x, y))
-    callbacks = keras.callbacks.CallbackList(
-        list(callbacks), add_history=True, add_progbar=verbose != 0, model=model,
-        verbose=verbose, epochs=epochs, steps=steps_per_epoch)
+def _host_calls(step, stop_vote: StopVote | None):
+    """fn(group of (x, y)) -> the losses of one host call: its steps in one `tf.function`,
+    with the stop vote when there is one."""
 
     @tf.function(jit_compile=False)
     def several(group):
@@ -242,11 +226,38 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
         stop_vote.decide(votes)
         return losses
 
-    def stop_if_agreed():
-        # When no callback checkpointed and stopped (no Checkpointer), stop here all the same.
-        if stop_vote is not None and stop_vote.watch.agreed is not None:
-            raise Preempted(stop_vote.watch.agreed[0], by=stop_vote.watch.stopped_by())
+    return host_call
 
+
+def _stop_if_agreed(stop_vote: StopVote | None) -> None:
+    # When no callback checkpointed and stopped (no Checkpointer), stop here all the same.
+    if stop_vote is not None and stop_vote.watch.agreed is not None:
+        raise Preempted(stop_vote.watch.agreed[0], by=stop_vote.watch.stopped_by())
+
+
+def fit(model: keras.Model, step, data, *, epochs: int, step_calls_per_epoch: int,
+        initial_epoch: int = 0, step_calls_per_execution: int = 1, distribute=None,
+        callbacks=(), verbose: int = 1,
+        stop_vote: StopVote | None = None) -> keras.callbacks.History:
+    """The project's training loop: `step(x, y) -> loss` over `data`, with Keras callbacks.
+
+    What `model.fit` does, for steps it cannot run: epochs of `step_calls_per_epoch` step calls
+    from one iterator over `data` (each element cut by `distribute(x, y)` when given),
+    `step_calls_per_execution` step calls per host call, and the callbacks' hooks in Keras'
+    order with `logs["loss"]` the epoch's running mean loss. `model.stop_training` stops it.
+    Returns the History callback, as `fit` does. With `stop_vote` each host call also votes on
+    a stop (see `StopVote`), in the same `tf.function` as its steps; the checkpoint callback
+    then stops on the agreed signal.
+    """
+    per_call = step_calls_per_execution
+    if not isinstance(per_call, int) or per_call < 1:
+        raise ValueError(f"step_calls_per_execution must be a positive int, received "
+                         f"{per_call!r}")
+    distribute = distribute or (lambda x, y: (x, y))
+    callbacks = keras.callbacks.CallbackList(
+        list(callbacks), add_history=True, add_progbar=verbose != 0, model=model,
+        verbose=verbose, epochs=epochs, steps=step_calls_per_epoch)
+    host_call = _host_calls(step, stop_vote)
     iterator = iter(data)
     model.stop_training = False
     callbacks.on_train_begin()
@@ -254,19 +265,30 @@ def fit(model: keras.Model, step, data, *, epochs: int, steps_per_epoch: int,
     for epoch in range(initial_epoch, epochs):
         callbacks.on_epoch_begin(epoch)
         total, done = 0.0, 0
-        while done < steps_per_epoch and not model.stop_training:
-            count = min(device_iterations, steps_per_epoch - done)
+        while done < step_calls_per_epoch and not model.stop_training:
+            count = min(per_call, step_calls_per_epoch - done)
             callbacks.on_train_batch_begin(done)
             group = [distribute(*next(iterator)) for _ in range(count)]
             total += float(tf.reduce_sum(host_call(group)))
             done += count
             logs = {"loss": total / done}
             callbacks.on_train_batch_end(done - 1, dict(logs))
-            if done < steps_per_epoch:  # the epoch's end is the checkpoint callback's next
-                stop_if_agreed()
+            if done < step_calls_per_epoch:  # the epoch's end is the checkpoint callback's
+                _stop_if_agreed(stop_vote)
         callbacks.on_epoch_end(epoch, dict(logs))
-        stop_if_agreed()
+        _stop_if_agreed(stop_vote)
         if model.stop_training:
             break
     callbacks.on_train_end(dict(logs))
     return model.history
+
+
+def fit_together(model: keras.Model, step, data, *, watch, make_vote,
+                 **run) -> keras.callbacks.History:
+    """`fit` for the processes of one run: with the run's signal watch (a
+    `preemption.SignalWatch`, or None: no signal handling), every host call votes
+    (`make_vote(watch)` -> `StopVote`) and all processes stop at the same step."""
+    if watch is None:
+        return fit(model, step, data, **run)
+    with watch.coordinated():
+        return fit(model, step, data, stop_vote=make_vote(watch), **run)

@@ -13,10 +13,12 @@ _MODULES = {
     "DivergenceError": "callbacks", "DivergenceGuard": "callbacks", "Throughput": "callbacks",
     "WeightAverage": "callbacks", "CheckpointManager": "checkpoint",
     "Preempted": "preemption", "RunDirError": "run_dir",
-    **{name: "trainer" for name in (
+    "RunSession": "session",
+    **{name: "builders" for name in (
         "build_datasets", "build_model", "build_optimizer", "compile_model", "evaluate",
-        "finetune", "finetune_config", "finetune_schedule", "lr_schedule", "train",
-        "train_and_evaluate")},
+        "lr_schedule")},
+    **{name: "finetune" for name in ("finetune", "finetune_config", "finetune_schedule")},
+    **{name: "trainer" for name in ("train", "train_and_evaluate")},
 }
 
 

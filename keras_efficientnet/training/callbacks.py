@@ -24,14 +24,16 @@ class Throughput(keras.callbacks.Callback):
     """Adds `images_per_second` to the logs (shown by the progress bar) and keeps the mean.
 
     Args:
-        global_batch_size: examples per optimizer step.
-        steps_per_execution: optimizer steps between two `on_train_batch_end` calls.
+        examples_per_step_call: examples all replicas take in one step call
+            (`plan.examples_per_step_call`).
+        step_calls_per_execution: step calls between two `on_train_batch_end` calls
+            (`plan.step_calls_per_execution`).
     """
 
-    def __init__(self, global_batch_size: int, steps_per_execution: int = 1):
+    def __init__(self, examples_per_step_call: int, step_calls_per_execution: int = 1):
         super().__init__()
-        self.global_batch_size = global_batch_size
-        self.steps_per_execution = steps_per_execution
+        self.examples_per_step_call = examples_per_step_call
+        self.step_calls_per_execution = step_calls_per_execution
         self.images = 0
         self.seconds = 0.0
         self._start = None
@@ -42,7 +44,7 @@ class Throughput(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         elapsed = time.perf_counter() - self._start
-        images = self.global_batch_size * self.steps_per_execution
+        images = self.examples_per_step_call * self.step_calls_per_execution
         if self._first:  # the first call includes tracing: leave it out of the figure
             self._first = False
         else:
@@ -97,15 +99,12 @@ class NonFiniteLossGuard(_StepCallback):
     Args:
         steps_per_epoch: steps per epoch, to report a global step.
         initial_epoch, initial_batch: where training (re)started.
-        steps_per_execution: steps between two `on_train_batch_end` calls.
         checkpoints: the manager, to name the last good checkpoint in the message.
     """
 
     def __init__(self, steps_per_epoch: int, initial_epoch: int = 0,
-                 steps_per_execution: int = 1, checkpoints: CheckpointManager | None = None,
-                 initial_batch: int = 0):
+                 checkpoints: CheckpointManager | None = None, initial_batch: int = 0):
         super().__init__(steps_per_epoch, initial_epoch, initial_batch)
-        self.steps_per_execution = steps_per_execution
         self.checkpoints = checkpoints
 
     def on_train_batch_end(self, batch, logs=None):

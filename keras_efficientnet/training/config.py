@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 
 from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO
@@ -137,8 +137,11 @@ class TrainConfig:
 
     # Length.
     epochs: int = _f(10, "Training epochs.")
-    steps_per_epoch: int = _f(0, "Optimizer updates per epoch; 0 = one pass over the training "
-                                 "split (its examples // the global batch).")
+    updates_per_epoch: int = _f(0, "Optimizer updates per epoch (each of --global_batch_size "
+                                   "examples); 0 = one pass over the training split (its "
+                                   "examples // the global batch).")
+    steps_per_epoch: int = _f(0, "Deprecated: the old name of --updates_per_epoch (the same "
+                                 "unit, optimizer updates); removed in the next release.")
     eval_steps: int = _f(0, "Evaluation batches; 0 = the whole split.")
     finetune_epochs: int = _f(2, "Fine-tune epochs at the test resolution.")
     finetune_batch_size: int = _f(0, "Examples per fine-tune update; 0 = the training global "
@@ -168,18 +171,16 @@ class TrainConfig:
     def finetune_global_batch_size(self) -> int:
         return self.finetune_batch_size or self.global_batch_size
 
+    @property
+    def finetune_plan(self) -> ExecutionPlan:
+        """The fine-tune's plan: updates of `finetune_global_batch_size` examples, with the
+        training plan's micro-batch, replicas, strategy and stages."""
+        return self.plan.with_examples_per_update(self.finetune_global_batch_size,
+                                                  "--finetune_batch_size")
+
     def finetune_accumulation(self) -> int:
-        """Gradient accumulation of the fine-tune: its batch over micro-batch x replicas, which
-        stay as in training (so do the strategy and pipeline stages)."""
-        per_step = self.micro_batch_size * self.replicas
-        batch = self.finetune_global_batch_size
-        if batch % per_step:
-            lower = max(per_step, batch // per_step * per_step)
-            raise ValueError(
-                f"--finetune_batch_size={batch} must be a multiple of --micro_batch_size="
-                f"{self.micro_batch_size} x --replicas={self.replicas} = {per_step} (the "
-                f"fine-tune accumulates micro-batches to it); use {lower} or {lower + per_step}")
-        return batch // per_step
+        """Micro-batches per fine-tune update (`finetune_plan`)."""
+        return self.finetune_plan.micro_batches_per_update
 
     def peak_learning_rate(self) -> float:
         if self.learning_rate > 0:
@@ -192,9 +193,6 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
@@ -204,7 +202,28 @@ class TrainConfig:
         return cls(**values)
 
     def __post_init__(self):
+        _take_deprecated_names(self)
         validate(self)
+
+
+# Old flag name -> new one (the same unit), accepted for one release with a warning.
+DEPRECATED_FIELDS = {"steps_per_epoch": "updates_per_epoch"}
+
+
+def _take_deprecated_names(config: TrainConfig) -> None:
+    """Moves a value given under an old name to its new field (a frozen dataclass: here, once),
+    with a FutureWarning naming both; refuses the two names disagreeing."""
+    for old, new in DEPRECATED_FIELDS.items():
+        value = getattr(config, old)
+        if not value:
+            continue
+        if getattr(config, new) not in (0, value):
+            raise ValueError(f"--{old}={value} and --{new}={getattr(config, new)} disagree; "
+                             f"give only --{new} (--{old} is its deprecated name)")
+        warnings.warn(f"--{old} is deprecated and will be removed in the next release; use "
+                      f"--{new}={value} (the same unit)", FutureWarning, stacklevel=4)
+        object.__setattr__(config, new, value)
+        object.__setattr__(config, old, 0)
 
 
 # Fields that define the architecture: a resume or fine-tune must agree on them.
@@ -232,7 +251,7 @@ def validate(config: TrainConfig) -> None:
     for name in positive:
         if getattr(config, name) < 1:
             raise ValueError(f"--{name} must be >= 1, received {getattr(config, name)}")
-    non_negative = ("epochs", "finetune_epochs", "steps_per_epoch", "eval_steps",
+    non_negative = ("epochs", "finetune_epochs", "updates_per_epoch", "eval_steps",
                     "train_resolution", "test_resolution", "warmup_epochs", "weight_decay",
                     "learning_rate", "finetune_learning_rate", "mixup_alpha", "host_threads",
                     "finetune_batch_size", "finetune_warmup_epochs", "checkpoint_steps",

@@ -3,17 +3,61 @@
 Pure Python (no Keras, no TensorFlow): the config builds its plan from flags, the trainer derives
 its batch sizes and step counts from it, and `keras_efficientnet.distribute` runs it. Everything
 that multiplies micro-batches, accumulation and replicas lives here and nowhere else.
+
+Units, each in the name of every count: an *update* is one optimizer update (the global batch,
+`examples_per_update`); a *micro-batch* is what one replica takes in one forward pass; a *step
+call* is one call of the training step (Keras' `fit` counts these as its steps); an *optimizer
+apply* is one call of the optimizer's `apply` (Keras' accumulating optimizer applies once per
+micro-batch and updates every `gradient_accumulation_steps` applies).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-# Where a step runs. "default" is one device (or, with pipeline stages, one device per stage).
-STRATEGIES = ("default", "mirrored", "multiworker", "horovod", "ipu")
+
+@dataclass(frozen=True)
+class Strategy:
+    """What the rest of the package needs to know about one `--strategy`.
+
+    Args:
+        runtime: (module, class) of its runtime behind `training.runtime.Runtime`.
+        step_accumulates: the training step takes all micro-batches of an update and sums their
+            gradients itself (else one micro-batch per step call).
+        one_process: the run is one process, which owns the run directory from the start; the
+            others learn which process is the chief only once the runtime has started.
+        runtime_options: {runtime keyword: config field}, the config settings the runtime takes.
+        signals_held_at_import: SIGTERM/SIGINT are blocked while TensorFlow loads, so that the
+            start-up's watchdog (`distribute.watchdog`) sees them.
+    """
+
+    runtime: tuple[str, str]
+    step_accumulates: bool = False
+    one_process: bool = True
+    runtime_options: Mapping[str, str] = field(default_factory=dict)
+    signals_held_at_import: bool = False
+
+
+_DISTRIBUTE = "keras_efficientnet.distribute"
+# The one table of strategies, as `models.presets.FAMILIES` is for architectures. "default" is
+# one device; with pipeline stages it runs `PIPELINED_RUNTIME` (one device per stage).
+STRATEGY_TABLE: Mapping[str, Strategy] = {
+    "default": Strategy(("keras_efficientnet.training.runtime", "OneDevice")),
+    "mirrored": Strategy((f"{_DISTRIBUTE}.mirrored", "MirroredRuntime"),
+                         step_accumulates=True),
+    "multiworker": Strategy((f"{_DISTRIBUTE}.multiworker", "MultiWorkerRuntime"),
+                            step_accumulates=True, one_process=False,
+                            runtime_options={"timeout": "peer_timeout"},
+                            signals_held_at_import=True),
+    "horovod": Strategy((f"{_DISTRIBUTE}.horovod", "HorovodRuntime"), step_accumulates=True,
+                        one_process=False),
+    "ipu": Strategy((f"{_DISTRIBUTE}.ipu", "IPURuntime")),
+}
+PIPELINED_RUNTIME = (f"{_DISTRIBUTE}.pipeline", "PipelinedRuntime")
+STRATEGIES = tuple(STRATEGY_TABLE)
 # "float16" keeps the weights in float16 too: Graphcore's "16.16" (stochastic rounding on the
 # IPU); "mixed_float16" is their "16.32".
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
@@ -21,11 +65,6 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
 STOCHASTIC_ROUNDING = {"auto": None, "on": True, "off": False}
 # Split points may also fall before the head (head conv, pool, classifier).
 EXTRA_SPLIT_POINTS = ("head",)
-# Strategies whose processes or replicas each read their own share of the input (per-replica
-# batches); the others read whole steps and let the strategy cut them.
-PER_REPLICA_INPUT = ("multiworker", "horovod", "ipu")
-# Strategies whose step takes all micro-batches of an update and sums their gradients itself.
-STEP_ACCUMULATES = ("mirrored", "multiworker", "horovod")
 
 
 def _positive_int(name: str, value) -> None:
@@ -53,15 +92,16 @@ class ExecutionPlan:
             "float32".
         stochastic_rounding: IPU only: None turns it on for 16-bit precisions. Default None.
 
-    Who accumulates: on one device Keras' optimizer (`optimizer_accumulation`), one
-    micro-batch per step; with replicas or pipeline stages the project's step, all micro-batches
-    of an update per step; on the IPU Graphcore's pipelining or accumulation options.
+    Who accumulates: on one device Keras' optimizer (`optimizer_applies_per_update`), one
+    micro-batch per step call; with replicas or pipeline stages the project's step, all
+    micro-batches of an update per step call; on the IPU Graphcore's pipelining or
+    accumulation options.
 
     Example:
         >>> p = ExecutionPlan(replicas=8, pipeline_splits=("block4a",), micro_batch_size=3,
         ...                   gradient_accumulation=256, strategy="ipu")
-        >>> p.global_batch_size, p.num_stages, p.devices_needed, p.host_batch_size
-        (6144, 2, 16, 3)
+        >>> p.examples_per_update, p.num_stages, p.devices_needed, p.examples_per_step_call
+        (6144, 2, 16, 24)
     """
 
     strategy: str = "default"
@@ -107,7 +147,7 @@ class ExecutionPlan:
                 f"run only with --strategy=ipu, received --strategy={self.strategy}; on "
                 "TensorFlow devices use either --pipeline_splits or --replicas (with "
                 "--gradient_accumulation to keep the global batch)")
-        if self.pipelined and self.strategy in STEP_ACCUMULATES:
+        if self.pipelined and STRATEGY_TABLE[self.strategy].step_accumulates:
             raise ValueError(
                 f"--pipeline_splits with --strategy={self.strategy} is not supported: "
                 "pipeline stages on TensorFlow devices run with --strategy=default (one "
@@ -136,83 +176,91 @@ class ExecutionPlan:
     # ------------------------------------------------------------------ batch arithmetic
 
     @property
-    def global_batch_size(self) -> int:
+    def examples_per_update(self) -> int:
         """Examples per optimizer update: micro-batch x accumulation x replicas."""
         return self.micro_batch_size * self.gradient_accumulation * self.replicas
 
     @property
-    def micro_batches_per_step(self) -> int:
-        """Micro-batches one replica takes in one step: all of an update where the step sums
-        their gradients (replicas, pipeline stages), else one."""
-        step_accumulates = self.strategy in STEP_ACCUMULATES or (
-            self.strategy == "default" and self.pipelined)
-        return self.gradient_accumulation if step_accumulates else 1
+    def global_batch_size(self) -> int:
+        """The flag's name of `examples_per_update` (what the learning rate is scaled by)."""
+        return self.examples_per_update
 
     @property
-    def optimizer_accumulation(self) -> int:
-        """Micro-batch steps Keras' optimizer accumulates itself: only on one unsplit device.
+    def micro_batches_per_update(self) -> int:
+        """Micro-batches of one replica whose gradients make one update (the flag
+        --gradient_accumulation)."""
+        return self.gradient_accumulation
+
+    @property
+    def step_accumulates(self) -> bool:
+        """Whether one step call takes all micro-batches of an update (replicas, pipeline
+        stages) rather than one."""
+        return STRATEGY_TABLE[self.strategy].step_accumulates or (
+            self.strategy == "default" and self.pipelined)
+
+    @property
+    def micro_batches_per_step_call(self) -> int:
+        """Micro-batches one replica takes in one step call."""
+        return self.micro_batches_per_update if self.step_accumulates else 1
+
+    @property
+    def optimizer_applies_per_update(self) -> int:
+        """Calls of the optimizer's `apply` per update: Keras' optimizer accumulates them
+        itself only on one unsplit device.
 
         Everywhere else the step (or Graphcore's pipelining and accumulation options) already
         sums the micro-batches; the optimizer accumulating too would multiply the update's batch.
         """
         if self.strategy == "default" and not self.pipelined:
-            return self.gradient_accumulation
+            return self.micro_batches_per_update
         return 1
 
     @property
-    def steps_per_update(self) -> int:
-        """Steps (calls of the training step) per optimizer update."""
-        return self.gradient_accumulation // self.micro_batches_per_step
+    def step_calls_per_update(self) -> int:
+        """Calls of the training step per optimizer update."""
+        return self.micro_batches_per_update // self.micro_batches_per_step_call
 
     @property
-    def examples_per_step(self) -> int:
-        """Examples all replicas together take in one step."""
-        return self.micro_batch_size * self.micro_batches_per_step * self.replicas
+    def examples_per_step_call(self) -> int:
+        """Examples all replicas together take in one step call (one training batch)."""
+        return self.micro_batch_size * self.micro_batches_per_step_call * self.replicas
 
     @property
-    def input_per_replica(self) -> bool:
-        """Whether each replica reads its own batches (each worker process its own shard, or
-        Graphcore's infeed handing replicas consecutive batches), not one global batch."""
-        return self.strategy in PER_REPLICA_INPUT
-
-    @property
-    def host_batch_size(self) -> int:
-        """Examples per batch of one input pipeline: one step's share of one replica where
-        replicas read their own input, else the whole step. On the IPU that is the micro-batch:
-        Graphcore's effective batch is dataset batch x accumulation x replicas."""
-        if self.input_per_replica:
-            return self.examples_per_step // self.replicas
-        return self.examples_per_step
-
-    @property
-    def forward_batch_size(self) -> int:
+    def examples_per_forward_pass(self) -> int:
         """Examples one forward pass of every replica takes: the evaluation batch."""
         return self.micro_batch_size * self.replicas
 
     @property
-    def steps_per_execution(self) -> int:
-        """Steps per host call (Keras' and Graphcore's `steps_per_execution`).
+    def updates_per_execution(self) -> int:
+        """Optimizer updates per host call (the flag --device_iterations)."""
+        return self.device_iterations
 
-        `device_iterations` updates of `steps_per_update` steps each, so it is always a multiple
-        of the accumulation count where a step is one micro-batch, as Graphcore requires.
+    @property
+    def step_calls_per_execution(self) -> int:
+        """Step calls per host call (Keras' and Graphcore's `steps_per_execution`).
+
+        `updates_per_execution` updates of `step_calls_per_update` step calls each, so it is
+        always a multiple of the accumulation count where a step call is one micro-batch, as
+        Graphcore requires.
         """
-        return self.device_iterations * self.steps_per_update
+        return self.updates_per_execution * self.step_calls_per_update
 
     def updates_per_epoch(self, train_examples: int, requested: int = 0) -> int:
-        """Optimizer updates per epoch: `requested`, else one pass over `train_examples`.
+        """Optimizer updates per epoch: `requested` (--updates_per_epoch), else one pass over
+        `train_examples`.
 
         On the IPU it is rounded down to whole host calls (Graphcore requires each replica's
         steps per epoch to be a multiple of `steps_per_execution`).
         """
-        updates = requested or train_examples // self.global_batch_size
+        updates = requested or train_examples // self.examples_per_update
         if updates < 1:
             raise ValueError(
                 f"an epoch of {train_examples} examples cannot form one optimizer update of "
-                f"{self.global_batch_size} examples ({self.describe_global_batch()}); lower "
+                f"{self.examples_per_update} examples ({self.describe_global_batch()}); lower "
                 "--micro_batch_size, --gradient_accumulation or --replicas, or set "
-                "--steps_per_epoch")
+                "--updates_per_epoch")
         if self.strategy == "ipu":
-            whole = updates - updates % self.device_iterations
+            whole = updates - updates % self.updates_per_execution
             if whole < 1:
                 raise ValueError(
                     f"an epoch of {updates} updates holds no whole host call of "
@@ -221,14 +269,23 @@ class ExecutionPlan:
             updates = whole
         return updates
 
-    def host_steps_per_epoch(self, updates: int) -> int:
-        """Training-step calls per epoch (what `fit` and the project's loop count)."""
-        return updates * self.steps_per_update
+    def step_calls_per_epoch(self, updates: int) -> int:
+        """Training-step calls in an epoch of `updates` updates (what `fit` and the project's
+        loop count as steps)."""
+        return updates * self.step_calls_per_update
 
-    def optimizer_steps_per_epoch(self, updates: int) -> int:
-        """Calls of the optimizer's `apply` per epoch: the unit of the learning-rate schedule
-        (Keras' accumulating optimizer counts every micro-batch)."""
-        return updates * self.optimizer_accumulation
+    def optimizer_applies_per_epoch(self, updates: int) -> int:
+        """Calls of the optimizer's `apply` in an epoch of `updates` updates: the unit of the
+        learning-rate schedule (Keras' accumulating optimizer counts every micro-batch)."""
+        return updates * self.optimizer_applies_per_update
+
+    def with_examples_per_update(self, examples: int, flag: str) -> ExecutionPlan:
+        """This plan with the accumulation that makes updates of `examples` (the fine-tune's
+        plan: micro-batch, replicas, strategy and stages stay); a ValueError naming `flag` when
+        `examples` is not a multiple of micro-batch x replicas."""
+        micro_batches = _micro_batches_for(examples, self.micro_batch_size, self.replicas, flag,
+                                           "an update accumulates micro-batches")
+        return dataclasses.replace(self, gradient_accumulation=micro_batches)
 
     # ------------------------------------------------------------------ checks and text
 
@@ -291,6 +348,18 @@ def check_splits(splits: Sequence[str], block_names: Sequence[str], model_name: 
                          f"received {list(splits)}; use {[names[i] for i in sorted(order)]}")
 
 
+def _micro_batches_for(examples: int, micro_batch_size: int, replicas: int, flag: str,
+                       remedy: str) -> int:
+    """Micro-batches per replica that make `examples`, or a ValueError naming `flag`."""
+    per_pass = micro_batch_size * replicas
+    if examples % per_pass:
+        lower = max(per_pass, examples // per_pass * per_pass)
+        raise ValueError(
+            f"{flag}={examples} must be a multiple of --micro_batch_size={micro_batch_size} x "
+            f"--replicas={replicas} = {per_pass} ({remedy}); use {lower} or {lower + per_pass}")
+    return examples // per_pass
+
+
 def accumulation_for(global_batch_size: int, micro_batch_size: int, replicas: int,
                      given: int | None = None) -> int:
     """The accumulation count that forms `global_batch_size`, or a ValueError saying why not.
@@ -300,15 +369,9 @@ def accumulation_for(global_batch_size: int, micro_batch_size: int, replicas: in
     for name, value in (("global_batch_size", global_batch_size),
                         ("micro_batch_size", micro_batch_size), ("replicas", replicas)):
         _positive_int(name, value)
-    per_step = micro_batch_size * replicas
-    if global_batch_size % per_step:
-        lower = max(per_step, global_batch_size // per_step * per_step)
-        raise ValueError(
-            f"--global_batch_size={global_batch_size} cannot be formed from --micro_batch_size="
-            f"{micro_batch_size} x --replicas={replicas} (it is not a multiple of {per_step}); "
-            f"use a global batch of {lower} or {lower + per_step}, or change "
-            "--micro_batch_size/--replicas")
-    accumulation = global_batch_size // per_step
+    accumulation = _micro_batches_for(global_batch_size, micro_batch_size, replicas,
+                                      "--global_batch_size", "an update is micro-batch x "
+                                      "accumulation x replicas")
     if given is not None and given != accumulation:
         raise ValueError(
             f"--global_batch_size={global_batch_size} needs --gradient_accumulation="

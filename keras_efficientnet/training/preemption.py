@@ -148,11 +148,6 @@ class SignalWatch:
             self._deferring -= 1
 
 
-def active() -> SignalWatch | None:
-    """The SignalWatch installed by `watching()`, if any."""
-    return _ACTIVE
-
-
 @contextlib.contextmanager
 def held(active: bool = True) -> Iterator[None]:
     """Blocks SIGTERM and SIGINT in this thread inside, so that the threads started inside
@@ -172,21 +167,3 @@ def held(active: bool = True) -> Iterator[None]:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
-
-_ACTIVE: SignalWatch | None = None
-
-
-@contextlib.contextmanager
-def watching() -> Iterator[SignalWatch]:
-    """The process's SignalWatch: installed by the outermost caller (the command line, or
-    `train_and_evaluate`), shared by the calls inside."""
-    global _ACTIVE
-    if _ACTIVE is not None:
-        yield _ACTIVE
-        return
-    with SignalWatch() as watch:
-        _ACTIVE = watch
-        try:
-            yield watch
-        finally:
-            _ACTIVE = None

@@ -15,7 +15,8 @@ second, before the frameworks load.
   `<model_dir>/previous/<UTC time>/` first: nothing of the earlier run is deleted, and nothing of
   it is mixed into the new one (no checkpoint rotation across runs, no stale LATEST, no stale
   results.json).
-- `owned(config)`: all of the above in order, once per process (re-entrant), as a context.
+- `owned(config)`: all of the above in order, as a context (`session.RunSession` enters it
+  once per run).
 """
 
 from __future__ import annotations
@@ -320,9 +321,6 @@ class RunDir:
         return lines
 
 
-_HELD: dict[str, RunDir] = {}
-
-
 @contextlib.contextmanager
 def owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
     """`_owned` under a umask that keeps everything the run writes from being group- or
@@ -336,8 +334,8 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
     """Checks `config.model_dir`, takes its lock, cleans interrupted saves and applies the
     fresh-run rule, holds the lock inside the context; yields a RunDir (None when not chief).
 
-    Re-entrant within a process: the command line takes the directory before TensorFlow loads
-    and the trainer's own call inside it does nothing more. Evaluation only checks that the
+    Entered once per run, by `session.RunSession` (the command line's before TensorFlow loads,
+    or `train_and_evaluate`'s own when it is called without one). Evaluation only checks that the
     directory is writable: it reads checkpoints (written atomically) and writes its own
     results file, so it may run beside a training run. Other workers than the chief write
     nothing and skip all of this.
@@ -350,10 +348,6 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
         check_export_dir(config.export_dir)
     for entry in (CHECKPOINTS, "logs"):  # written into: never through a link
         atomic.check_directory(path / entry)
-    key = os.path.realpath(path)
-    if key in _HELD:
-        yield _HELD[key]
-        return
     if config.mode in READ_ONLY_MODES:
         yield RunDir(path)
         return
@@ -367,8 +361,6 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
             info.moved_to = move_previous_run(path)
         for line in info.notes()[1:] if info.took_over else info.notes():
             log.info(line)
-        _HELD[key] = info
         yield info
     finally:
-        _HELD.pop(key, None)
         lock.release()

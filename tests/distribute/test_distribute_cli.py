@@ -48,13 +48,13 @@ def test_flags_build_the_plan_and_its_global_batch():
 def test_global_batch_flag_derives_the_accumulation():
     config = _config("--global_batch_size=96", "--micro_batch_size=4", "--replicas=1")
     assert (config.gradient_accumulation, config.global_batch_size) == (24, 96)
-    with pytest.raises(ValueError, match=r"global_batch_size=100 cannot be formed.*multiple of 8"):
+    with pytest.raises(ValueError, match=r"global_batch_size=100 must be a multiple of .* = 8 "):
         _config("--global_batch_size=100", "--micro_batch_size=4", "--replicas=2",
                 "--strategy=mirrored")
     # Accumulation together with replicas: 768 on 8 mirrored GPUs.
     config = _config("--global_batch_size=768", "--micro_batch_size=32", "--replicas=8",
                      "--strategy=mirrored")
-    assert (config.gradient_accumulation, config.plan.examples_per_step) == (3, 768)
+    assert (config.gradient_accumulation, config.plan.examples_per_step_call) == (3, 768)
     with pytest.raises(ValueError, match="needs --gradient_accumulation=24.*give one of"):
         _config("--global_batch_size=96", "--micro_batch_size=4", "--gradient_accumulation=3")
 
@@ -64,7 +64,8 @@ def test_the_large_batch_flagfile_plans_graphcores_layout():
     p = config.plan
     assert (p.strategy, p.global_batch_size, p.devices_needed, p.pipeline_splits) == (
         "ipu", 6144, 16, ("block4a",))
-    assert (p.host_batch_size, p.steps_per_execution % p.gradient_accumulation) == (3, 0)
+    assert (p.examples_per_step_call // p.replicas,
+            p.step_calls_per_execution % p.gradient_accumulation) == (3, 0)
 
 
 @pytest.mark.parametrize("argv,pattern", [

@@ -169,15 +169,16 @@ def test_loop_groups_device_iterations_and_equals_single_steps():
     for model in (grouped, single):
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
     step = train_loop.make_train_step(grouped, grouped.optimizer, LOSS, global_batch_size=2)
-    history = train_loop.fit(grouped, step, batches, epochs=1, steps_per_epoch=3,
-                             device_iterations=2, verbose=0)
+    history = train_loop.fit(grouped, step, batches, epochs=1, step_calls_per_epoch=3,
+                             step_calls_per_execution=2, verbose=0)
     reference = train_loop.make_train_step(single, single.optimizer, LOSS, global_batch_size=2)
     losses = [float(reference(x, y)) for x, y in batches]
     assert history.history["loss"] == [pytest.approx(np.mean(losses), rel=1e-6)]
     for a, b in zip(grouped.get_weights(), single.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-6)
-    with pytest.raises(ValueError, match="device_iterations must be a positive int"):
-        train_loop.fit(grouped, step, batches, epochs=1, steps_per_epoch=1, device_iterations=0)
+    with pytest.raises(ValueError, match="step_calls_per_execution must be a positive int"):
+        train_loop.fit(grouped, step, batches, epochs=1, step_calls_per_epoch=1,
+                       step_calls_per_execution=0)
 
 
 def test_workers_resuming_from_different_epochs_or_steps_fail_together():

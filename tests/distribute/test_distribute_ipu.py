@@ -25,7 +25,7 @@ B4_LAYOUT = dict(strategy="ipu", replicas=8, pipeline_splits="block4a", micro_ba
 def _config(**changes) -> TrainConfig:
     return TrainConfig(**{
         "model": "efficientnet-tiny-g16-lnpn", "dataset": "synthetic", "train_resolution": 32,
-        "test_resolution": 32, "optimizer": "sgd", "steps_per_epoch": 32, **B4_LAYOUT,
+        "test_resolution": 32, "optimizer": "sgd", "updates_per_epoch": 32, **B4_LAYOUT,
         **changes})
 
 
@@ -35,13 +35,13 @@ def train_on_standin(config: TrainConfig, *, keras_model_only: bool = False) -> 
     runtime = IPURuntime(config.plan, ipu=standin.ipu_module(record))
     runtime.start()
     plan = config.plan
-    updates = plan.updates_per_epoch(4096, config.steps_per_epoch)
+    updates = plan.updates_per_epoch(4096, config.updates_per_epoch)
     with runtime.scope():
         model = trainer.build_model(config, config.train_resolution, CLASSES)
         if not keras_model_only:
             model = standin.FunctionalModel(model, record)
         runtime.attach(model)
-        schedule = trainer.lr_schedule(config, plan.optimizer_steps_per_epoch(updates), 1, 0.1)
+        schedule = trainer.lr_schedule(config, plan.optimizer_applies_per_epoch(updates), 1, 0.1)
         trainer.compile_model(model, trainer.build_optimizer(config, schedule), config, CLASSES)
 
     def make_dataset(input_context):
@@ -49,8 +49,8 @@ def train_on_standin(config: TrainConfig, *, keras_model_only: bool = False) -> 
                                       split="train", repeat=True, num_classes=CLASSES,
                                       input_context=input_context)
 
-    runtime.fit(model, make_dataset, epochs=1, steps_per_epoch=plan.host_steps_per_epoch(updates),
-                verbose=0)
+    runtime.fit(model, make_dataset, epochs=1,
+                step_calls_per_epoch=plan.step_calls_per_epoch(updates), verbose=0)
     return record
 
 
@@ -115,7 +115,7 @@ def test_fault_1_keras3_model_has_no_graphcore_methods(monkeypatch):
 
 def test_fault_2_steps_per_execution_not_a_multiple_of_the_accumulation(monkeypatch):
     # The old mapping passed --device_iterations (16) as steps_per_execution, with 256.
-    monkeypatch.setattr(ExecutionPlan, "steps_per_execution",
+    monkeypatch.setattr(ExecutionPlan, "step_calls_per_execution",
                         property(lambda plan: plan.device_iterations))
     with pytest.raises(RuntimeError, match=r"\(set to 16\) is not divisible by .* \(256\)"):
         train_on_standin(_config())
@@ -133,12 +133,12 @@ def test_fault_3_dataset_batch_of_all_replicas(monkeypatch):
 
 def test_fault_4_the_projects_own_step_ignores_the_stage_assignment(monkeypatch):
     # The old runtime trained pipelined IPU plans with the project's loop, calling model(x).
-    def project_loop(self, model, make_dataset, *, epochs, steps_per_epoch, initial_epoch=0,
-                     callbacks=(), verbose=1):
+    def project_loop(self, model, make_dataset, *, epochs, step_calls_per_epoch,
+                     initial_epoch=0, start_step=None, callbacks=(), verbose=1, watch=None):
         step = train_loop.make_train_step(model, model.optimizer, model.loss,
-                                          global_batch_size=self.plan.examples_per_step)
+                                          global_batch_size=self.plan.examples_per_step_call)
         return train_loop.fit(model, step, make_dataset(self.input_context()), epochs=epochs,
-                              steps_per_epoch=1, verbose=verbose)
+                              step_calls_per_epoch=1, verbose=verbose)
 
     monkeypatch.setattr(IPURuntime, "fit", project_loop)
     # Raised while tf.function traces the step, which wraps it in a StagingError.
@@ -148,7 +148,7 @@ def test_fault_4_the_projects_own_step_ignores_the_stage_assignment(monkeypatch)
 
 def test_fault_5_gradients_accumulated_twice(monkeypatch):
     # The old trainer left the accumulation on the optimizer for IPU plans as well.
-    monkeypatch.setattr(ExecutionPlan, "optimizer_accumulation",
+    monkeypatch.setattr(ExecutionPlan, "optimizer_applies_per_update",
                         property(lambda plan: plan.gradient_accumulation))
     with pytest.raises(standin.StandInError, match=r"accumulated twice \(65536 micro-batches"):
         train_on_standin(_config())

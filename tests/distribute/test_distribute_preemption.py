@@ -30,7 +30,7 @@ from tests.reliability.clitools import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf_only]
 
-SHAPE = ["--epochs=2", "--steps_per_epoch=6", "--strategy=multiworker", "--replicas=2"]
+SHAPE = ["--epochs=2", "--updates_per_epoch=6", "--strategy=multiworker", "--replicas=2"]
 TIMEOUT_S = 600
 # From the signal to both exits: the next host call's vote, the chief's save, TensorFlow's
 # shutdown. Steps take ~1-3 s on a loaded 2-core machine.

@@ -40,7 +40,7 @@ def _epochs(photos, workers: int, worker: int, epochs: int = 2) -> list[list[int
                if workers > 1 else None)
     data = trainer.build_datasets(config, 32, training=True, split="train", repeat=True,
                                   input_context=context)
-    per_epoch = EXAMPLES // workers // config.plan.host_batch_size
+    per_epoch = EXAMPLES // workers // (config.plan.examples_per_step_call // workers)
     ids = [photos.identify("train", images.numpy())
            for images, _ in data.take(epochs * per_epoch)]
     return [list(np.concatenate(ids[e * per_epoch:(e + 1) * per_epoch])) for e in range(epochs)]
@@ -74,6 +74,6 @@ def test_resume_skips_exactly_the_batches_seen(photos):
                                       input_context=context)
 
     uninterrupted = [photos.identify("train", x.numpy()) for x, _ in data().take(6)]
-    resumed = skip_seen(data(), initial_epoch=1, steps_per_epoch=3)
+    resumed = skip_seen(data(), start_step=1 * 3)
     tail = [photos.identify("train", x.numpy()) for x, _ in resumed.take(3)]
     np.testing.assert_array_equal(np.concatenate(tail), np.concatenate(uninterrupted[3:]))

@@ -61,8 +61,8 @@ def _run(tmp_path, *, chief: bool, signals: dict, device_iterations: int = 2,
                                 watch=watch, directory=manager.directory)
     callbacks = [Signals(), checkpointer] if checkpoints else [Signals()]
     with pytest.raises(Preempted) as stopped, watch.deferred(), watch.coordinated():
-        train_loop.fit(model, step, data(), epochs=2, steps_per_epoch=6,
-                       device_iterations=device_iterations, callbacks=callbacks,
+        train_loop.fit(model, step, data(), epochs=2, step_calls_per_epoch=6,
+                       step_calls_per_execution=device_iterations, callbacks=callbacks,
                        verbose=0, stop_vote=vote)
     return stopped.value, len(steps_run), manager
 

@@ -18,7 +18,7 @@ from keras_efficientnet.distribute import runtime_for
 from keras_efficientnet.training import TrainConfig, trainer
 
 BASE = dict(mode="train", model="efficientnet-tiny-g16-lnpn", dataset="synthetic",
-            train_resolution=32, test_resolution=32, micro_batch_size=16, steps_per_epoch=2,
+            train_resolution=32, test_resolution=32, micro_batch_size=16, updates_per_epoch=2,
             epochs=1, eval_steps=1, verbose=0, optimizer="sgd", learning_rate=0.01,
             momentum=0.9, weight_decay=0.0, lr_schedule="constant", warmup_epochs=0.0,
             label_smoothing=0.0, drop_connect_rate=0.0, dropout_rate=0.0,

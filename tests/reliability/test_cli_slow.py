@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.tf_only]
 
 # 3 epochs of 8 steps; every run below that trains uses exactly these settings, so that its
 # final checkpoint must equal the uninterrupted reference's bit for bit.
-SHAPE = ["--epochs=3", "--steps_per_epoch=8"]
+SHAPE = ["--epochs=3", "--updates_per_epoch=8"]
 FINAL = "epoch-0003"
 
 

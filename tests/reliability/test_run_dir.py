@@ -156,14 +156,25 @@ def test_leftovers_of_interrupted_saves_are_removed_at_start(tmp_path):
     assert sorted(os.listdir(checkpoints)) == ["epoch-0002"]
 
 
-def test_the_same_process_owns_a_directory_once(tmp_path):
+def test_one_session_owns_the_directory_and_the_signals_for_the_whole_run(tmp_path):
+    from keras_efficientnet.training.session import RunSession
+
     config = _config(tmp_path, resume=False)
     _earlier_run(tmp_path)
-    with run_dir.owned(config) as outer:
-        with run_dir.owned(config) as inner:  # the trainer's call inside the CLI's
-            assert inner is outer
-        assert (tmp_path / "run.lock").is_file()  # still held by the outer context
+    before = signal.getsignal(signal.SIGTERM)
+    with RunSession(config) as session:  # a multi-process run: the chief is not known yet
+        assert session.run_dir is None and not (tmp_path / "run.lock").exists()
+        assert signal.getsignal(signal.SIGTERM) == session.watch._handle
+        first = session.claim_run_dir(True)  # the runtime has said: this process is the chief
+        assert session.claim_run_dir(True) is first  # the trainer's claim inside the CLI's
+        assert (tmp_path / "run.lock").is_file() and first.moved_to is not None
+        with pytest.raises(RunDirError, match="in use by another run"):
+            with RunSession(config, chief=True):  # a second run into the same directory
+                pass
+        with pytest.raises(RuntimeError, match="entered once"):
+            session.__enter__()
     assert not (tmp_path / "run.lock").exists()
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def _unwritable(tmp_path) -> Path:

@@ -107,7 +107,7 @@ def test_the_trainers_finetune_starts_from_the_given_slots(tmp_path):
     # comes out multiplied by the momentum coefficient, where a fresh one stays 0.
     config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="synthetic",
                          train_resolution=32, test_resolution=32, micro_batch_size=8,
-                         steps_per_epoch=1, finetune_epochs=1, finetune_warmup_epochs=1,
+                         updates_per_epoch=1, finetune_epochs=1, finetune_warmup_epochs=1,
                          optimizer="rmsprop", weight_decay=0.0, verbose=0, seed=3,
                          model_dir=str(tmp_path / "run"))
     model = trainer.build_model(config, 32, 10)

@@ -50,7 +50,7 @@ def _config(root: Path, **changes) -> TrainConfig:
         mode="train", model="efficientnet-tiny-g16-lnpn", dataset=f"folder:{root / 'pets'}",
         model_dir=str(root / "run"), export_dir=str(root / "saved_model"),
         train_resolution=SIZE, test_resolution=SIZE, micro_batch_size=4, epochs=1,
-        steps_per_epoch=2, finetune_epochs=1, eval_steps=1, optimizer="sgd", learning_rate=0.01,
+        updates_per_epoch=2, finetune_epochs=1, eval_steps=1, optimizer="sgd", learning_rate=0.01,
         lr_schedule="cosine", warmup_epochs=0.0, label_smoothing=0.0, random_flip=False,
         verbose=0, seed=1), **changes})
 

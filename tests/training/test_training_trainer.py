@@ -25,7 +25,7 @@ from keras_efficientnet.training import (  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 
 TINY = dict(model="efficientnet-tiny-g16-lnpn", dataset="synthetic", train_resolution=32,
-            test_resolution=32, micro_batch_size=8, steps_per_epoch=3, eval_steps=1, verbose=0,
+            test_resolution=32, micro_batch_size=8, updates_per_epoch=3, eval_steps=1, verbose=0,
             optimizer="sgd", learning_rate=0.01, lr_schedule="cosine", warmup_epochs=0.5,
             label_smoothing=0.0, drop_connect_rate=0.0, dropout_rate=0.0,
             keep_checkpoints=2, seed=3)
@@ -63,7 +63,7 @@ def test_schedule_follows_graphcores_exponential_recipe():
     # included (Graphcore's LR_Schedules/exponential.py): the warm-up ramps to the decayed rate.
     config = TrainConfig(lr_schedule="exponential", warmup_epochs=5, decay_epochs=350 / 146,
                          decay_rate=0.97)
-    schedule = lr_schedule(config, steps_per_epoch=10, epochs=350, peak=0.046875)
+    schedule = lr_schedule(config, optimizer_applies_per_epoch=10, epochs=350, peak=0.046875)
     period = 3500 / 146  # steps per drop
     table = {0: 0.0, 23: 0.046875 * 23 / 50, 25: 0.046875 * 0.97 * 25 / 50,
              50: 0.046875 * 0.97 ** 2, 71: 0.046875 * 0.97 ** 2, 72: 0.046875 * 0.97 ** 3,
@@ -82,7 +82,7 @@ def test_finetune_follows_graphcores_recipe():
     tuned = trainer.finetune_config(config)
     assert (tuned.micro_batch_size, tuned.gradient_accumulation) == (32, 16)
     assert tuned.rmsprop_rho == pytest.approx(1 - 2 ** -14 * 512)
-    schedule = trainer.finetune_schedule(config, steps_per_epoch=100)
+    schedule = trainer.finetune_schedule(config, optimizer_applies_per_epoch=100)
     for step in (0, 40, 100, 150, 199):
         expected = 0.25 * step / 500 * 0.5 * (1 + math.cos(math.pi * step / 200))
         assert float(schedule(step)) == pytest.approx(expected, rel=1e-5, abs=1e-9)

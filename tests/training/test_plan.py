@@ -1,4 +1,4 @@
-"""ExecutionPlan: batch arithmetic per strategy, flags, text, and the errors for bad input."""
+"""training.plan: batch arithmetic per strategy, flags, text, and the errors for bad input."""
 
 from __future__ import annotations
 
@@ -21,43 +21,44 @@ def test_large_batch_recipe_on_ipus():
                       micro_batch_size=3, gradient_accumulation=256, device_iterations=16,
                       precision="mixed_float16")
     assert (p.global_batch_size, p.num_stages, p.devices_needed) == (6144, 2, 16)
-    assert (p.host_batch_size, p.examples_per_step, p.steps_per_execution) == (3, 24, 4096)
-    assert p.optimizer_accumulation == 1  # Graphcore accumulates, the optimizer must not
+    assert (p.examples_per_step_call, p.step_calls_per_execution) == (24, 4096)
+    assert p.optimizer_applies_per_update == 1  # Graphcore accumulates, the optimizer must not
     # ImageNet's 1,281,167 images: 208 updates of 6144, a multiple of 16 host calls.
     assert p.updates_per_epoch(1_281_167) == 208
-    assert p.host_steps_per_epoch(208) == 208 * 256
-    assert p.optimizer_steps_per_epoch(208) == 208
+    assert p.step_calls_per_epoch(208) == 208 * 256
+    assert p.optimizer_applies_per_epoch(208) == 208
     text = p.describe()
     assert "6144 = 3 x 256 x 8" in text and "block4a" in text and "stochastic rounding" in text
 
 
 @pytest.mark.parametrize("strategy,replicas,splits,expect", [
-    # (micro-batches per step, examples per step, host batch, steps per update,
-    #  optimizer accumulation, steps per execution with 3 device iterations)
-    ("default", 1, (), (1, 4, 4, 6, 6, 18)),             # Keras' optimizer accumulates
-    ("default", 1, ("block3a",), (6, 24, 24, 1, 1, 3)),  # the pipelined step accumulates
-    ("mirrored", 2, (), (6, 48, 48, 1, 1, 3)),           # one process cuts the whole step
-    ("multiworker", 2, (), (6, 48, 24, 1, 1, 3)),        # each worker reads its shard
-    ("horovod", 4, (), (6, 96, 24, 1, 1, 3)),
-    ("ipu", 2, (), (1, 8, 4, 6, 1, 18)),                 # Graphcore accumulates
+    # (micro-batches per step call, examples per step call, step calls per update,
+    #  optimizer applies per update, step calls per execution with 3 device iterations)
+    ("default", 1, (), (1, 4, 6, 6, 18)),             # Keras' optimizer accumulates
+    ("default", 1, ("block3a",), (6, 24, 1, 1, 3)),   # the pipelined step accumulates
+    ("mirrored", 2, (), (6, 48, 1, 1, 3)),            # one process cuts the whole step
+    ("multiworker", 2, (), (6, 48, 1, 1, 3)),         # each worker reads its shard of it
+    ("horovod", 4, (), (6, 96, 1, 1, 3)),
+    ("ipu", 2, (), (1, 8, 6, 1, 18)),                 # Graphcore accumulates
 ])
 def test_batch_arithmetic_of_every_strategy(strategy, replicas, splits, expect):
     p = ExecutionPlan(strategy=strategy, replicas=replicas, pipeline_splits=splits,
                       micro_batch_size=4, gradient_accumulation=6, device_iterations=3)
-    got = (p.micro_batches_per_step, p.examples_per_step, p.host_batch_size, p.steps_per_update,
-           p.optimizer_accumulation, p.steps_per_execution)
+    got = (p.micro_batches_per_step_call, p.examples_per_step_call, p.step_calls_per_update,
+           p.optimizer_applies_per_update, p.step_calls_per_execution)
     assert got == expect
-    # Whatever the layout, an update is the same number of examples: steps per update x
-    # examples per step, and it is what the learning rate is scaled by.
-    assert p.steps_per_update * p.examples_per_step == p.global_batch_size == 24 * replicas
-    assert p.forward_batch_size == 4 * replicas
+    # Whatever the layout, an update is the same number of examples: step calls per update x
+    # examples per step call, and it is what the learning rate is scaled by.
+    assert p.step_calls_per_update * p.examples_per_step_call == p.examples_per_update
+    assert p.examples_per_update == p.global_batch_size == 24 * replicas
+    assert p.micro_batches_per_update == 6 and p.examples_per_forward_pass == 4 * replicas
 
 
 def test_updates_per_epoch_from_examples_or_flag():
     p = ExecutionPlan(micro_batch_size=8, gradient_accumulation=2)
     assert p.updates_per_epoch(100) == 6  # 100 // 16
     assert p.updates_per_epoch(100, requested=4) == 4
-    assert p.host_steps_per_epoch(4) == 8 and p.optimizer_steps_per_epoch(4) == 8
+    assert p.step_calls_per_epoch(4) == 8 and p.optimizer_applies_per_epoch(4) == 8
     with pytest.raises(ValueError, match=r"10 examples cannot form one optimizer update of 16"):
         p.updates_per_epoch(10)
     ipu = ExecutionPlan(strategy="ipu", replicas=2, micro_batch_size=2, device_iterations=4)
@@ -85,13 +86,14 @@ def test_global_batch_with_replicas_derives_the_accumulation():
     # 768 on 8 GPUs: micro-batch 32 x 3 accumulated x 8 replicas.
     p = plan_from_values({"strategy": "mirrored", "replicas": 8, "micro_batch_size": 32,
                           "global_batch_size": 768})
-    assert (p.gradient_accumulation, p.micro_batches_per_step, p.examples_per_step) == (3, 3, 768)
+    assert (p.gradient_accumulation, p.micro_batches_per_step_call, p.examples_per_step_call) == (
+        3, 3, 768)
 
 
 def test_global_batch_that_cannot_be_formed():
     assert accumulation_for(6144, 3, 8) == 256
     assert accumulation_for(6144, 3, 8, given=256) == 256
-    with pytest.raises(ValueError, match=r"global_batch_size=100 cannot be formed.*multiple of 24"):
+    with pytest.raises(ValueError, match=r"global_batch_size=100 must be a multiple of .* = 24 "):
         accumulation_for(100, 3, 8)
     with pytest.raises(ValueError, match="needs --gradient_accumulation=8.*give one of"):
         plan_from_values({"micro_batch_size": 4, "global_batch_size": 32,
@@ -123,3 +125,25 @@ def test_unknown_or_unordered_split_and_too_few_devices():
     check_splits(("block2a", "head"), names, "m")  # "head" is a split point too
     with pytest.raises(ValueError, match=r"needs 4 devices \(1 replicas x 4 pipeline stages\)"):
         ExecutionPlan(pipeline_splits=("block2a", "block3a", "block4a")).check_devices(2)
+
+
+def test_fine_tune_plan_keeps_the_layout_and_changes_the_update():
+    p = ExecutionPlan(strategy="mirrored", replicas=2, micro_batch_size=8, gradient_accumulation=3)
+    tuned = p.with_examples_per_update(64, "--finetune_batch_size")
+    assert (tuned.replicas, tuned.micro_batch_size, tuned.strategy) == (2, 8, "mirrored")
+    assert (tuned.micro_batches_per_update, tuned.examples_per_update) == (4, 64)
+    with pytest.raises(ValueError, match=r"--finetune_batch_size=40 must be a multiple of "
+                                         r"--micro_batch_size=8 x --replicas=2 = 16 .*; use 32 "
+                                         r"or 48"):
+        p.with_examples_per_update(40, "--finetune_batch_size")
+
+
+def test_one_strategy_table():
+    from keras_efficientnet.training.plan import STRATEGIES, STRATEGY_TABLE
+
+    assert STRATEGIES == tuple(STRATEGY_TABLE) == (
+        "default", "mirrored", "multiworker", "horovod", "ipu")
+    assert [n for n, s in STRATEGY_TABLE.items() if s.step_accumulates] == [
+        "mirrored", "multiworker", "horovod"]
+    assert [n for n, s in STRATEGY_TABLE.items() if not s.one_process] == [
+        "multiworker", "horovod"]
