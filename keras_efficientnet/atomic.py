@@ -96,21 +96,45 @@ def _reason(error: OSError) -> str:
     return lines[0][:200] if lines else type(error).__name__
 
 
-def free_space(path: str | os.PathLike) -> str:
-    """The free space of the filesystem holding `path` (or its nearest existing parent)."""
-    path = Path(path)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        free = float(shutil.disk_usage(path).free)
-    except OSError:
-        return "free space unknown"
+def human_bytes(count: float) -> str:
+    """`count` bytes as `123 bytes`, `4.5 MiB`, `1.2 GiB`."""
     unit = "bytes"
     for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if free < 1024:
+        if count < 1024:
             break
-        free, unit = free / 1024, bigger
-    return f"{free:.0f} bytes free" if unit == "bytes" else f"{free:.1f} {unit} free"
+        count, unit = count / 1024, bigger
+    return f"{count:.0f} bytes" if unit == "bytes" else f"{count:.1f} {unit}"
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def free_space(path: str | os.PathLike) -> str:
+    """The free space of the filesystem holding `path` (or its nearest existing parent)."""
+    try:
+        return f"{human_bytes(shutil.disk_usage(_existing(Path(path))).free)} free"
+    except OSError:
+        return "free space unknown"
+
+
+# Room a write needs beyond its arrays (file formats' headers, metadata, small files).
+SPACE_MARGIN = 1 << 20
+
+
+def require_space(path: str | os.PathLike, nbytes: int) -> None:
+    """Raises OSError(ENOSPC) before a write of about `nbytes` into `path`'s filesystem when it
+    does not have them (plus SPACE_MARGIN): a write that fills the disk part-way can leave
+    libraries (HDF5) holding a file they cannot flush."""
+    try:
+        free = shutil.disk_usage(_existing(Path(path))).free
+    except OSError:
+        return
+    if free < nbytes + SPACE_MARGIN:
+        raise OSError(errno.ENOSPC, f"No space left on device (the write needs about "
+                                    f"{human_bytes(nbytes + SPACE_MARGIN)})")
 
 
 def fix_for(error: OSError, path: Path) -> str:

@@ -104,9 +104,24 @@ def main(argv: list[str]) -> int:
             raise
         message, status = described
         print(message, file=sys.stderr, flush=True)
+        if status == errors.RUN_FAILED and isinstance(error, OSError):
+            _exit_now_if_cli(status)
         return status
     _report(config, results, session.chief)
     return 0
+
+
+def _exit_now_if_cli(status: int) -> None:
+    """After a write the disk refused, HDF5 may still hold the file it could not flush, and its
+    exit handler then crashes the process (exit 139, a traceback after the one line): a
+    command-line process leaves without running exit handlers."""
+    import keras_efficientnet
+
+    if keras_efficientnet.started_as_cli():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def run() -> None:

@@ -99,6 +99,19 @@ def _numpy(variable) -> np.ndarray:
     return keras.ops.convert_to_numpy(variable)
 
 
+def nbytes(arrays) -> int:
+    """The bytes of the values of `arrays` (variables or arrays)."""
+    total = 0
+    for array in arrays:
+        dtype = getattr(array.dtype, "as_numpy_dtype", array.dtype)
+        try:
+            size = np.dtype(dtype).itemsize
+        except TypeError:  # a dtype NumPy does not know (bfloat16): count 4 bytes
+            size = 4
+        total += int(np.prod(tuple(array.shape))) * size
+    return total
+
+
 def _save_arrays(path: Path, arrays) -> None:
     with open(path, "wb") as f:
         np.savez(f, *[np.asarray(a) for a in arrays])
@@ -348,6 +361,9 @@ class CheckpointManager:
         final = self.directory / checkpoint_name(epoch, batch)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            arrays = [*model.variables, *(optimizer.variables if optimizer is not None and
+                                          optimizer.built else []), *(metrics or [])]
+            atomic.require_space(self.directory, nbytes(arrays) + nbytes(average or []))
             tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".tmp-{final.name}-"))
         except OSError as error:
             raise self._write_error(final, error) from None

@@ -18,9 +18,11 @@ from keras_efficientnet.atomic import (
     atomic_file,
     fsync_directory,
     private_mode,
+    require_space,
     write_atomically,
     write_error,
 )
+from keras_efficientnet.training.checkpoint import nbytes
 from keras_efficientnet.training.run_dir import EXPORT_MARK, check_export_dir
 
 log = logging.getLogger("keras_efficientnet")
@@ -55,14 +57,16 @@ def inference_model(model: keras.Model) -> keras.Model:
     return copy
 
 
-def _save_atomically(save, path: Path, suffix: str) -> Path:
+def _save_atomically(model: keras.Model, how: str, path: Path, suffix: str) -> Path:
     # Keras writes only to names ending in `suffix` (".keras", ".weights.h5"): stage the file
     # under one, beside the temporary file that `atomic_file` then flushes and renames into
-    # place (never through a link at `path`: atomic_file refuses one).
+    # place (never through a link at `path`: atomic_file refuses one). `how`: "save" or
+    # "save_weights".
     with atomic_file(path) as tmp:
+        require_space(path.parent, nbytes(model.weights))
         staged = tmp.with_name(tmp.name + suffix)
         try:
-            save(staged)
+            getattr(model, how)(staged)
             os.replace(staged, tmp)
         finally:
             staged.unlink(missing_ok=True)
@@ -70,13 +74,13 @@ def _save_atomically(save, path: Path, suffix: str) -> Path:
 
 
 def _save_keras_atomically(model: keras.Model, path: Path) -> Path:
-    return _save_atomically(model.save, path, ".keras")
+    return _save_atomically(model, "save", path, ".keras")
 
 
 def save_weights_atomically(model: keras.Model, path: str | os.PathLike) -> Path:
     """`model.save_weights(path)` written atomically, never through a link, a refused write
     named (`atomic.WriteError`)."""
-    return _save_atomically(model.save_weights, Path(path), ".weights.h5")
+    return _save_atomically(model, "save_weights", Path(path), ".weights.h5")
 
 
 def save_model(model: keras.Model, model_dir: str | os.PathLike,
@@ -111,6 +115,7 @@ def export_saved_model(model: keras.Model, export_dir: str | os.PathLike) -> Pat
     tmp = old = None
     try:
         parent.mkdir(parents=True, exist_ok=True)
+        require_space(parent, nbytes(model.weights))
         tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{export_dir.name}.tmp-"))
         # uint8 in, whatever the model's input dtype (float32 takes uint8 too, cast inside):
         # a server sends a quarter of the bytes, and TFLite and ONNX converters keep uint8.

@@ -31,11 +31,13 @@ def _serve(export_dir: Path, x: np.ndarray) -> np.ndarray:
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(export_dir))
-    return np.asarray(loaded.signatures["serving_default"](tf.constant(x))["output_0"])
+    # The serving signature takes uint8 images (cast inside).
+    signature = loaded.signatures["serving_default"]
+    return np.asarray(signature(images=tf.constant(x.astype(np.uint8)))["output_0"])
 
 
 def test_an_export_is_renamed_into_place_and_marked_as_ours(tmp_path, model):
-    x = np.ones((2, 4), np.float32)
+    x = np.array([[0, 1, 2, 3], [255, 7, 9, 11]], np.float32)
     path = export_saved_model(model, tmp_path / "export")
     assert path == tmp_path / "export"
     assert (path / run_dir.EXPORT_MARK).is_file() and (path / "saved_model.pb").is_file()

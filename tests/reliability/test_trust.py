@@ -23,6 +23,7 @@ from keras_efficientnet.training import run_dir
 from keras_efficientnet.training.checkpoint import (
     MANIFEST,
     CheckpointManager,
+    CheckpointWriteError,
     NoIntactCheckpointError,
     verify,
 )
@@ -346,3 +347,19 @@ def test_run_lock_redacts_the_values_of_secret_flags(tmp_path, monkeypatch, argv
     finally:
         lock.release()
     assert record["command"] == " ".join(["python", "-m", "keras_efficientnet.train", *shown])
+
+
+def test_a_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):
+    # A write that fills the disk part-way leaves HDF5 holding a file it cannot flush (the
+    # process then crashes at exit): the space is checked first.
+    manager = _checkpoints(tmp_path, epochs=(1,))
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: usage._replace(free=512 * 1024))
+    with pytest.raises(CheckpointWriteError) as raised:
+        manager.save(2, _model())
+    assert str(raised.value).startswith(
+        f"could not write checkpoint {tmp_path / 'epoch-0002'}: No space left on device (the "
+        "write needs about 1.0 MiB) (512.0 KiB free there); the last checkpoint "
+        f"{tmp_path / 'epoch-0001'} is intact. Fix: free space")
+    assert sorted(os.listdir(tmp_path)) == ["LATEST", "epoch-0001"]
