@@ -30,7 +30,8 @@ _LAZY_SUBMODULES = ("datasets", "training", "distribute", "cli")
 _LAZY_NAMES = {"EfficientNet": "keras_efficientnet.models.efficientnet",
                "count_macs": "keras_efficientnet.models.macs",
                "decode_predictions": "keras_efficientnet.models.imagenet_classes",
-               "list_presets": "keras_efficientnet.models.presets"}
+               "list_presets": "keras_efficientnet.models.presets",
+               "list_recipes": "keras_efficientnet.recipes"}
 
 
 # Interpreter options that take a value as the next argument (`python -X importtime -m ...`).
@@ -77,5 +78,5 @@ def __getattr__(name):
 if not started_as_cli():
     import_all()
 
-__all__ = ["EfficientNet", "count_macs", "decode_predictions", "list_presets",
+__all__ = ["EfficientNet", "count_macs", "decode_predictions", "list_presets", "list_recipes",
            *_SERIALIZABLE_MODULES, *_LAZY_SUBMODULES]

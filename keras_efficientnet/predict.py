@@ -20,7 +20,6 @@ import argparse
 import csv
 import io
 import json
-import os
 import sys
 import zipfile
 from pathlib import Path
@@ -63,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="resize the short side to resolution x this before the centre "
                         "crop (as evaluation does)")
     parser.add_argument("--verbosity", type=int, default=0, help="0 keeps TensorFlow's start-up "
-                        "logs quiet; 1 shows its warnings, 2 everything")
+                        "lines quiet; 1 shows them")
     return parser
 
 
@@ -253,11 +252,6 @@ def render_output(records: list[dict], suffix: str) -> str:
     return text.getvalue()
 
 
-def _quiet_start(verbosity: int) -> None:
-    # TensorFlow's C++ start-up lines (CPU features, oneDNN, CUDA probing) unless asked for.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", str(max(0, 2 - verbosity)))
-
-
 def _check_inputs(args):
     _check_numbers(args)
     config = check_model_file(args.model)
@@ -267,6 +261,9 @@ def _check_inputs(args):
 
 
 def _load(args, names):
+    from keras_efficientnet.cli import quiet
+
+    quiet.import_tensorflow(verbose=args.verbosity > 0)
     import keras
 
     import keras_efficientnet
@@ -323,7 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     try:
         args = build_parser().parse_args(argv[1:])
-        _quiet_start(args.verbosity)
         _, files, names = _check_inputs(args)
         unreadable = [line for line in map(not_an_image, files) if line]
         files = [f for f in files if not_an_image(f) is None]

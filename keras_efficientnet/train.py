@@ -1,4 +1,4 @@
-"""`python -m keras_efficientnet.train --flagfile=flags/NAME.flags`: the training command.
+"""`keras-efficientnet-train --recipe=NAME` (or `--flagfile=FILE`): the training command.
 
 Everything a user can get wrong is checked before TensorFlow loads, in about a second: the flags
 (into a frozen TrainConfig) and the run directory (writable, not in use by another run, the
@@ -14,11 +14,18 @@ import sys
 
 from absl import app, flags
 
-from keras_efficientnet.cli import errors
+from keras_efficientnet import recipes
+from keras_efficientnet.cli import errors, quiet
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
+from keras_efficientnet.cli.help import grouped_help
 from keras_efficientnet.training.plan import STRATEGY_TABLE
 
 define_flags()
+flags.DEFINE_string("recipe", "", "A recipe that ships with the package, by name (the "
+                    "flagfiles of flags/; ke.list_recipes() lists them): --recipe=smoke, "
+                    "--recipe=default, --recipe=b0-g16-lnpn-half. Flags given beside it "
+                    "override the recipe's.")
+HELP_FLAGS = ("--help", "-help", "--h", "-h", "-?", "--?")
 
 
 def cpu_oversubscription(config) -> str | None:
@@ -60,6 +67,7 @@ def _run(config, session) -> dict:
     # TensorFlow's threads, started by its import, must leave SIGTERM and SIGINT to this
     # one for the multi-worker start-up's watchdog to see them (distribute.watchdog).
     with preemption.held(STRATEGY_TABLE[config.strategy].signals_held_at_import):
+        quiet.import_tensorflow(verbose=asked_for_logs(flags.FLAGS))
         import keras_efficientnet
         from keras_efficientnet.distribute import run
 
@@ -124,9 +132,42 @@ def _exit_now_if_cli(status: int) -> None:
         os._exit(status)
 
 
+def asked_for_logs(flag_values) -> bool:
+    """Whether absl's --verbosity was given at INFO (0) or more: TensorFlow's start-up lines
+    show then (absl sets the flag to 0 itself when it was not given)."""
+    return flag_values["verbosity"].present and flag_values.verbosity >= 0
+
+
+def parse_command_line(argv: list[str]) -> list[str]:
+    """`app.run`'s flags parser: `--recipe` becomes its flagfile, `--help` prints the project's
+    flags by group, absl's errors are one line (exit 2)."""
+    try:
+        argv = recipes.expand_recipe(argv)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(errors.BAD_INPUT)
+    options = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    if any(arg in HELP_FLAGS for arg in options):
+        print(grouped_help(project_flag_names()))
+        sys.exit(0)
+    if any(arg in ("--helpfull", "-helpfull") for arg in options):  # absl's exits with 1
+        print(flags.FLAGS.get_help())
+        sys.exit(0)
+    return errors.parse_flags_or_exit(argv)
+
+
+def project_flag_names() -> list[str]:
+    import dataclasses
+
+    from keras_efficientnet.training.config import TrainConfig
+
+    return [f.name for f in dataclasses.fields(TrainConfig)] + [
+        "global_batch_size", "recipe", "flagfile"]
+
+
 def run() -> None:
     """Console-script entry point (`keras-efficientnet-train`)."""
-    app.run(main, flags_parser=errors.parse_flags_or_exit)
+    app.run(main, flags_parser=parse_command_line)
 
 
 if __name__ == "__main__":

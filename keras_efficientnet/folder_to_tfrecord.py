@@ -1,0 +1,139 @@
+"""Converts an image folder (PATH/<split>/<class>/*.jpg) into TFRecord shards `tfrecord:` reads.
+
+Usage (installed; in a checkout `python -m keras_efficientnet.folder_to_tfrecord` is the same):
+  keras-efficientnet-folder-to-tfrecord --input_dir /data/photos --output_dir /data/photos-tfrecord
+  # then: make_dataset("tfrecord:/data/photos-tfrecord", "train", ...)
+
+Each split becomes `<split>-NNNNN-of-MMMMM` shards holding the file bytes unchanged under the
+standard ImageNet keys (`image/encoded`, `image/class/label` 0-based, `image/class/text`,
+`image/filename`), in a seeded random order so that a record-level shuffle buffer mixes classes.
+Files TensorFlow cannot decode are left out and listed. `dataset_info.json` beside the shards
+records class names and split sizes, which `dataset_info("tfrecord:...")` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import sys
+
+import tensorflow as tf
+
+from keras_efficientnet.datasets import sources
+
+
+def _bytes_feature(value: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def _int_feature(value: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+
+def _readable(data: bytes) -> bool:
+    try:
+        tf.io.decode_image(data, channels=3, expand_animations=False)
+        return True
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
+        return False
+
+
+def _write_shard(path: str, items: list[tuple[str, int]], class_names: list[str],
+                 validate: bool) -> list[str]:
+    """Writes one shard; returns the files left out as unreadable."""
+    skipped = []
+    with tf.io.TFRecordWriter(path) as writer:
+        for file, label in items:
+            with open(file, "rb") as f:
+                data = f.read()
+            if validate and not _readable(data):
+                skipped.append(file)
+                continue
+            example = tf.train.Example(features=tf.train.Features(feature={
+                sources.TFRECORD_IMAGE_KEY: _bytes_feature(data),
+                sources.TFRECORD_LABEL_KEY: _int_feature(label),
+                "image/class/text": _bytes_feature(class_names[label].encode()),
+                "image/filename": _bytes_feature(os.path.basename(file).encode()),
+            }))
+            writer.write(example.SerializeToString())
+    return skipped
+
+
+def convert(input_dir: str, output_dir: str, splits: list[str] | None = None,
+            images_per_shard: int = 1024, validate: bool = True, seed: int = 0,
+            workers: int = 4) -> dict:
+    """Converts `splits` (default: every split folder) and returns the dataset_info contents."""
+    if images_per_shard < 1:
+        raise ValueError(f"images_per_shard must be >= 1, got {images_per_shard}")
+    if not os.path.isdir(input_dir):
+        raise FileNotFoundError(f"input_dir {input_dir!r} does not exist")
+    if splits is None:
+        splits = sorted(e.name for e in os.scandir(input_dir) if e.is_dir())
+    os.makedirs(output_dir, exist_ok=True)
+    info_path = os.path.join(output_dir, sources.TFRECORD_INFO_FILE)
+    info = {"splits": {}}
+    if os.path.exists(info_path):
+        with open(info_path) as f:
+            info = json.load(f)
+    for split in splits:
+        paths, labels, class_names = sources.list_image_folder(input_dir, split)
+        if info.get("class_names", class_names) != class_names:
+            raise ValueError(f"{info_path} lists classes {info['class_names']}, but "
+                             f"{input_dir}/{split} has {class_names}")
+        items = list(zip(paths, labels))
+        random.Random(seed).shuffle(items)
+        num_shards = max(1, -(-len(items) // images_per_shard))
+        jobs = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            for shard in range(num_shards):
+                name = f"{split}-{shard:05d}-of-{num_shards:05d}"
+                jobs.append(pool.submit(_write_shard, os.path.join(output_dir, name),
+                                        items[shard::num_shards], class_names, validate))
+            skipped = sorted(f for job in jobs for f in job.result())
+        for file in skipped:
+            print(f"skipped unreadable image {file}", file=sys.stderr)
+        info["class_names"] = class_names
+        info["splits"][split] = {"num_examples": len(items) - len(skipped),
+                                 "num_shards": num_shards, "skipped": skipped}
+        print(f"{split}: {len(items) - len(skipped)} images in {num_shards} shards "
+              f"({len(skipped)} skipped) -> {output_dir}")
+    with open(info_path, "w") as f:
+        json.dump(info, f, indent=1)
+    return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="keras-efficientnet-folder-to-tfrecord",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--input_dir", required=True, help="folder with <split>/<class>/ images")
+    parser.add_argument("--output_dir", required=True, help="where the shards are written")
+    parser.add_argument("--splits", default=None,
+                        help="comma-separated splits to convert (default: all split folders)")
+    parser.add_argument("--images_per_shard", type=int, default=1024,
+                        help="about 100 MB per shard for ImageNet-sized JPEGs")
+    parser.add_argument("--no_validate", action="store_true",
+                        help="skip the decode check (faster; the pipeline still skips bad files)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the record order")
+    parser.add_argument("--workers", type=int, default=4, help="shards written in parallel")
+    args = parser.parse_args(argv)
+    convert(args.input_dir, args.output_dir,
+            splits=args.splits.split(",") if args.splits else None,
+            images_per_shard=args.images_per_shard, validate=not args.no_validate,
+            seed=args.seed, workers=args.workers)
+
+
+def run() -> None:
+    """Console-script entry point (`keras-efficientnet-folder-to-tfrecord`): bad input is one
+    line and exit status 2."""
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

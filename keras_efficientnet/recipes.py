@@ -1,0 +1,74 @@
+"""Training recipes (flagfiles) by name: `--recipe=smoke`, `ke.list_recipes()`.
+
+The flagfiles' editable source is the repository's `flags/` folder (kept in step by
+`flags/generate.py`); building a wheel copies them into the package as
+`keras_efficientnet/flagfiles/` (setup.py), so that recipes work from any directory after
+`pip install`. Plain Python: the training command resolves `--recipe` before TensorFlow loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent / "flagfiles"  # in an installed wheel
+SOURCE_DIR = Path(__file__).resolve().parent.parent / "flags"  # in a checkout
+SUFFIX = ".flags"
+
+
+def recipe_dir() -> Path:
+    """The folder the recipes are read from: the installed copy, else the checkout's flags/."""
+    for folder in (PACKAGE_DIR, SOURCE_DIR):
+        if folder.is_dir() and any(folder.glob(f"*{SUFFIX}")):
+            return folder
+    raise FileNotFoundError(f"no recipes: neither {PACKAGE_DIR} (an installed wheel) nor "
+                            f"{SOURCE_DIR} (a checkout) holds *{SUFFIX} files; reinstall")
+
+
+def list_recipes(pattern: str = "*") -> list[str]:
+    """The recipe names matching a shell-style `pattern`, sorted: "default", "smoke", the
+    paper's ImageNet recipes ("b0-g16-lnpn-half", ...).
+
+    Example:
+        >>> list_recipes("b0-g16-*")[:2]
+        ['b0-g16-gn-half', 'b0-g16-gn-native']
+    """
+    names = sorted(path.stem for path in recipe_dir().glob(f"*{SUFFIX}"))
+    return [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+
+
+def recipe_path(name: str) -> Path:
+    """The flagfile of recipe `name`; ValueError naming the valid ones otherwise."""
+    names = list_recipes()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"--recipe={name!r} is not a recipe{hint}; recipes: "
+                         f"{', '.join(names)}")
+    return recipe_dir() / f"{name}{SUFFIX}"
+
+
+def expand_recipe(argv: list[str]) -> list[str]:
+    """`argv` with `--recipe=NAME` (or `--recipe NAME`) replaced by `--flagfile=PATH` placed
+    first after the program name, so that every flag given on the command line overrides the
+    recipe's, wherever it stands."""
+    rest, recipes = [], []
+    arguments = iter(argv[1:])
+    for arg in arguments:
+        if arg == "--":
+            rest += [arg, *arguments]
+            break
+        if arg in ("--recipe", "-recipe"):
+            value = next(arguments, None)
+            if value is None:
+                raise ValueError("--recipe needs a name, e.g. --recipe=smoke")
+            recipes.append(value)
+        elif arg.startswith(("--recipe=", "-recipe=")):
+            recipes.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    if len(recipes) > 1:
+        raise ValueError(f"--recipe given {len(recipes)} times ({', '.join(recipes)}); give one")
+    flagfiles = [f"--flagfile={recipe_path(name)}" for name in recipes]
+    return [*argv[:1], *flagfiles, *rest]
