@@ -41,7 +41,8 @@ def test_every_config_field_has_a_group():
     from keras_efficientnet.train import project_flag_names
 
     grouped = cli_help.project_flags(project_flag_names(), __import__("absl").flags.FLAGS)
-    assert cli_help.OTHER not in grouped, grouped.get(cli_help.OTHER)
+    assert cli_help.OTHER not in grouped, (
+        f"add {grouped.get(cli_help.OTHER)} to a group of keras_efficientnet/cli/help.py")
 
 
 def test_native_stderr_is_silenced_only_inside_the_block():
