@@ -16,7 +16,7 @@ from keras_efficientnet.training.checkpoint import MANIFEST
 pytestmark = [pytest.mark.tf_only, pytest.mark.slow]  # ~9 tiny training runs, ~1 min
 
 TINY = dict(model="efficientnet-tiny-g16-lnpn", dataset="synthetic", train_resolution=32,
-            test_resolution=32, micro_batch_size=8, steps_per_epoch=2, eval_steps=1, verbose=0,
+            test_resolution=32, micro_batch_size=8, updates_per_epoch=2, eval_steps=1, verbose=0,
             optimizer="sgd", learning_rate=0.01, lr_schedule="cosine", warmup_epochs=0.5,
             label_smoothing=0.1, drop_connect_rate=0.3, dropout_rate=0.3, keep_checkpoints=5,
             seed=3, resume=True)
