@@ -19,6 +19,7 @@ from keras_efficientnet.cli import errors, quiet
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.cli.help import grouped_help
 from keras_efficientnet.training.plan import STRATEGY_TABLE
+from keras_efficientnet.training.run_config import evaluation_config
 
 define_flags()
 flags.DEFINE_string("recipe", "", "A recipe that ships with the package, by name (the "
@@ -92,6 +93,8 @@ def main(argv: list[str]) -> int:
         problem = f"unexpected arguments {argv[1:]}; every setting is a --flag"
     try:
         config = config_from_flags(flags.FLAGS) if problem is None else None
+        if config is not None and config.mode == "evaluate":  # the run's config.json fills in
+            config = evaluation_config(config, {n for n in flags.FLAGS if flags.FLAGS[n].present})
     except ValueError as error:
         problem = str(error)
     if problem is not None:

@@ -34,6 +34,8 @@ def summary(config, results: dict, path: Path) -> str:
             rows.append(("fine-tuned", f"{config.finetune_epochs} epochs, head only, "
                                        f"at {test_res}px, batch "
                                        f"{config.finetune_global_batch_size}"))
+    if config.mode == "evaluate":
+        rows.append(("weights", str(results.get("weights", ""))))
     rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}")]
     if results.get("skipped_images"):
         rows.append(("skipped images", f"{results['skipped_images']} unreadable"))

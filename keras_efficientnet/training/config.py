@@ -22,6 +22,7 @@ from keras_efficientnet.training.plan import (
 MODES = ("train", "evaluate", "finetune", "train_and_finetune")
 OPTIMIZERS = ("rmsprop", "lars", "sgd")
 DECAYS = ("exponential", "cosine", "polynomial", "constant")
+EVALUATE_WEIGHTS = ("final", "average", "latest")
 
 
 def _f(default, help: str, choices=None):
@@ -156,6 +157,12 @@ class TrainConfig:
              "5 outlast its 2 epochs: the rate rises, then falls to 0).")
     init_checkpoint: str = _f("", "Weights (.weights.h5 or checkpoint folder) to fine-tune or "
                                   "evaluate; empty = model_dir's latest.")
+    evaluate_weights: str = _f(
+        "final", "--mode=evaluate --model_dir=RUN scores: final = RUN/model.keras (what the "
+                 "run shipped; the checkpoints when the run wrote none), average = the latest "
+                 "checkpoint's weight average, latest = its raw weights. The run's "
+                 "config.json supplies the model, data and resolution flags.",
+        EVALUATE_WEIGHTS)
     verbose: int = _f(1, "0 silent, 1 progress bar, 2 one line per epoch.")
 
     @functools.cached_property

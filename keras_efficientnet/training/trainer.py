@@ -38,6 +38,7 @@ from keras_efficientnet.training.callbacks import (
 )
 from keras_efficientnet.training.checkpoint import CheckpointManager
 from keras_efficientnet.training.config import TrainConfig
+from keras_efficientnet.training.evaluation import load_evaluated_weights
 from keras_efficientnet.training.export import save_weights_atomically
 from keras_efficientnet.training.finetune import (
     HEAD_LAYERS,
@@ -54,6 +55,7 @@ from keras_efficientnet.training.resume import (
     load_weights_for,
     resume_point,
 )
+from keras_efficientnet.training.run_config import write_run_config
 from keras_efficientnet.training.runtime import OneDevice
 from keras_efficientnet.training.session import RunSession
 
@@ -89,6 +91,10 @@ def _run_mode(config: TrainConfig, runtime, session: RunSession, started: float)
     from keras_efficientnet.datasets import SkipCounter
 
     run = _Run(config, runtime, session, SkipCounter())
+    if runtime.is_chief and config.mode in ("train", "train_and_finetune"):
+        write_run_config(config, num_classes=run.num_classes, class_names=class_names(config),
+                         train_resolution=resolutions(config)[0],
+                         test_resolution=run.test_res)
     with precision_policy(config.precision):
         model, weights_from = run.trained_or_loaded_model()
         final_model = run.evaluate_and_finetune(model, weights_from)
@@ -126,6 +132,8 @@ class _Run:
         if config.mode in ("evaluate", "finetune"):
             keras.utils.set_random_seed(config.seed)
             model = build_model(config, self.test_res, self.num_classes)
+            if config.mode == "evaluate":
+                return model, load_evaluated_weights(config, model)
             return model, load_weights_for(config, model, slots=self.slots)
         trained = train(config, self.num_classes, self.train_examples, runtime=self.runtime,
                         skip_counter=self.skipped, watch=self.session.watch)
