@@ -7,11 +7,17 @@ the same-run reference (the reference's bar is hatched); the footer names the ma
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
 
-from benchmarks.common import read_rows
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """The rows of a results file (JSON lines)."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
 
 MODEL_BENCHMARKS = ("train", "inference")
 LAYER_BENCHMARKS = ("layer_fwd_bwd", "norm_fwd_bwd")

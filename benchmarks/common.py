@@ -13,6 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import charts
+from benchmarks.charts import read_rows  # noqa: F401 - the results' reader, re-exported
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Where results go instead of benchmarks/results (tests and smoke runs point it elsewhere).
 RESULTS_ENV = "KE_BENCH_RESULTS"
@@ -173,18 +176,11 @@ def write_rows(name: str, rows: list[dict], output_dir: str | os.PathLike | None
     return path
 
 
-def read_rows(path: str | os.PathLike) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def write_results(name: str, rows: list[dict],
                   output_dir: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
     """Writes <name>.jsonl and renders <name>.png next to it; returns both paths (the chart's
     is None, with the reason printed, where matplotlib is not installed)."""
     path = write_rows(name, rows, output_dir)
-    from benchmarks import charts
-
     chart = charts.render(path)
     print(f"wrote {path}" + (f" and {chart}" if chart else ""))
     return path, chart

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_efficientnet.layers.activation import activation_config
 from keras_efficientnet.layers.group_conv import GroupConv2D, conv_kernel_initializer
 from keras_efficientnet.layers.groups import num_groups
 from keras_efficientnet.layers.normalization import check_norm, normalization
@@ -63,7 +64,7 @@ class MBConvBlock(keras.layers.Layer):
     """
 
     def __init__(self, filters_in: int, filters_out: int, kernel_size: int = 3, strides: int = 1,
-                 expand_ratio: int = 1, se_ratio: float = 0.25, group_size: int = 1,
+                 *, expand_ratio: int = 1, se_ratio: float = 0.25, group_size: int = 1,
                  norm: str = "batch", norm_groups: int = 4, proxy_norm: bool = False,
                  activation="swish", drop_rate: float = 0.0, id_skip: bool = True, **kwargs):
         super().__init__(**kwargs)
@@ -168,13 +169,11 @@ class MBConvBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        activation = self.activation
-        if not isinstance(activation, str):
-            activation = keras.activations.serialize(activation)
         config.update(
             filters_in=self.filters_in, filters_out=self.filters_out,
             kernel_size=self.kernel_size, strides=self.strides, expand_ratio=self.expand_ratio,
             se_ratio=self.se_ratio, group_size=self.group_size, norm=self.norm,
-            norm_groups=self.norm_groups, proxy_norm=self.proxy_norm, activation=activation,
-            drop_rate=self.drop_rate, id_skip=self.id_skip)
+            norm_groups=self.norm_groups, proxy_norm=self.proxy_norm,
+            activation=activation_config(self.activation), drop_rate=self.drop_rate,
+            id_skip=self.id_skip)
         return config

@@ -8,6 +8,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_efficientnet.layers.activation import activation_config
+
 
 def normal_quantiles(num_samples: int) -> np.ndarray:
     """The fixed proxy samples u_i = Phi^-1((i + 0.5) / N), i = 0..N-1, as float32."""
@@ -108,9 +110,7 @@ class ProxyNormActivation(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        activation = self.activation
-        if not isinstance(activation, str):
-            activation = keras.activations.serialize(activation)
-        config.update(activation=activation, num_samples=self.num_samples, epsilon=self.epsilon,
+        config.update(activation=activation_config(self.activation),
+                      num_samples=self.num_samples, epsilon=self.epsilon,
                       scale_output=self.scale_output)
         return config

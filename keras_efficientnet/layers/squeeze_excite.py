@@ -7,6 +7,7 @@ import math
 import keras
 from keras import ops
 
+from keras_efficientnet.layers.activation import activation_config
 from keras_efficientnet.layers.group_conv import conv_kernel_initializer
 
 
@@ -67,8 +68,5 @@ class SqueezeExcite(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        activation = self.activation
-        if not isinstance(activation, str):
-            activation = keras.activations.serialize(activation)
-        config.update(filters_se=self.filters_se, activation=activation)
+        config.update(filters_se=self.filters_se, activation=activation_config(self.activation))
         return config

@@ -60,6 +60,77 @@ def _check_input_shape(input_shape) -> tuple:
     return tuple(input_shape)
 
 
+def _check_arguments(variant: str, *, norm, norm_groups, proxy_norm, pooling, include_top,
+                     classes, input_normalization, expand_ratio, input_dtype) -> None:
+    """The constructor's checks of its arguments, each a one-line ValueError."""
+    if variant not in SCALING:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, received {variant!r}")
+    check_norm(norm, norm_groups, proxy_norm)
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {list(POOLINGS)}, received {pooling!r}")
+    if include_top and (not isinstance(classes, int) or classes < 1):
+        raise ValueError(f"classes must be a positive int, received {classes!r}")
+    if input_normalization not in INPUT_NORMALIZATIONS:
+        raise ValueError(f"input_normalization must be one of {list(INPUT_NORMALIZATIONS)}, "
+                         f"received {input_normalization!r}")
+    if expand_ratio is not None and (not isinstance(expand_ratio, int) or expand_ratio < 1):
+        raise ValueError(f"expand_ratio must be a positive int or None, received "
+                         f"{expand_ratio!r}")
+    check_input_dtype(input_dtype)
+
+
+def _network(inputs, specs, width: float, config: dict, dropout: float):
+    """The functional graph from `inputs`: normalization, stem, the MBConv blocks of `specs`,
+    head, and the classifier or pooling the `config` (the constructor's arguments) asks for."""
+    norm = {key: config[key] for key in ("norm", "norm_groups", "proxy_norm", "activation")}
+
+    def norm_act(x, channels, prefix, proxy_scale=True):
+        for layer in norm_activation(norm["norm"], channels, norm_groups=norm["norm_groups"],
+                                     proxy_norm=norm["proxy_norm"],
+                                     activation=norm["activation"], prefix=prefix,
+                                     where=prefix, proxy_scale=proxy_scale):
+            x = layer(x)
+        return x
+
+    mean, std = INPUT_NORMALIZATIONS[config["input_normalization"]]
+    x = ImageNormalization(mean, std, name="normalize")(inputs)
+    stem_filters = round_filters(STEM_FILTERS, width)
+    x = keras.layers.Conv2D(stem_filters, 3, strides=2, padding="same", use_bias=False,
+                            kernel_initializer=conv_kernel_initializer(), name="stem_conv")(x)
+    x = norm_act(x, stem_filters, "stem")
+    for spec in specs:
+        x = MBConvBlock(spec.filters_in, spec.filters_out, spec.kernel_size, spec.strides,
+                        expand_ratio=spec.expand_ratio, se_ratio=SE_RATIO,
+                        group_size=spec.group_size, drop_rate=spec.drop_rate, name=spec.name,
+                        **norm)(x)
+    head_filters = round_filters(HEAD_FILTERS, width)
+    x = keras.layers.Conv2D(head_filters, 1, use_bias=False,
+                            kernel_initializer=conv_kernel_initializer(), name="head_conv")(x)
+    # As in Graphcore's implementation, the head's proxy 1 / sigma is dropped: pooling and
+    # the classifier follow, and the classifier's weights absorb a per-channel scale.
+    x = norm_act(x, head_filters, "head", proxy_scale=False)
+    return _top(x, config, dropout)
+
+
+def _top(x, config: dict, dropout: float):
+    """The classifier (include_top) or the pooling that ends the network."""
+    if config["include_top"]:
+        x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+        if dropout > 0:
+            x = keras.layers.Dropout(dropout, name="top_dropout")(x)
+        # The classifier computes in float32 under mixed precision, so the loss, softmax and
+        # top-k metrics see full-precision logits.
+        return keras.layers.Dense(
+            config["classes"], activation=config["classifier_activation"], name="predictions",
+            dtype="float32", kernel_initializer=keras.initializers.VarianceScaling(
+                1.0 / 3.0, mode="fan_out", distribution="uniform"))(x)
+    if config["pooling"] == "avg":
+        return keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    if config["pooling"] == "max":
+        return keras.layers.GlobalMaxPooling2D(name="max_pool")(x)
+    return x
+
+
 def _check_keyword_arguments(kwargs: dict) -> None:
     # Like keras.applications: a misspelt argument (`num_classes=` for `classes=`) must not
     # silently build another model.
@@ -152,26 +223,15 @@ class EfficientNet(keras.Model):
                  width_coefficient: float | None = None, depth_coefficient: float | None = None,
                  weights: str | None = None, name: str | None = None, **kwargs):
         _check_keyword_arguments(kwargs)
-        if variant not in SCALING:
-            raise ValueError(f"variant must be one of {list(VARIANTS)}, received {variant!r}")
-        check_norm(norm, norm_groups, proxy_norm)
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {list(POOLINGS)}, received {pooling!r}")
-        if include_top and (not isinstance(classes, int) or classes < 1):
-            raise ValueError(f"classes must be a positive int, received {classes!r}")
-        if input_normalization not in INPUT_NORMALIZATIONS:
-            raise ValueError(f"input_normalization must be one of {list(INPUT_NORMALIZATIONS)}, "
-                             f"received {input_normalization!r}")
-        if expand_ratio is not None and (not isinstance(expand_ratio, int) or expand_ratio < 1):
-            raise ValueError(f"expand_ratio must be a positive int or None, received "
-                             f"{expand_ratio!r}")
+        _check_arguments(variant, norm=norm, norm_groups=norm_groups, proxy_norm=proxy_norm,
+                         pooling=pooling, include_top=include_top, classes=classes,
+                         input_normalization=input_normalization, expand_ratio=expand_ratio,
+                         input_dtype=input_dtype)
         scaling = SCALING[variant]
         width = scaling.width if width_coefficient is None else float(width_coefficient)
         depth = scaling.depth if depth_coefficient is None else float(depth_coefficient)
         shape = _check_input_shape(
             (scaling.resolution, scaling.resolution, 3) if input_shape is None else input_shape)
-        dropout = scaling.dropout if dropout_rate is None else float(dropout_rate)
-        check_input_dtype(input_dtype)
         config = dict(
             variant=variant, group_size=group_size, expand_ratio=expand_ratio,
             first_stage_group_size=first_stage_group_size, norm=norm, norm_groups=norm_groups,
@@ -188,46 +248,10 @@ class EfficientNet(keras.Model):
         specs = block_specs(width, depth, group_size=group_size, expand_ratio=expand_ratio,
                             first_stage_group_size=first_stage_group_size,
                             drop_connect_rate=drop_connect_rate)
-
-        def norm_act(x, channels, prefix, proxy_scale=True):
-            for layer in norm_activation(norm, channels, norm_groups=norm_groups,
-                                         proxy_norm=proxy_norm, activation=activation,
-                                         prefix=prefix, where=prefix, proxy_scale=proxy_scale):
-                x = layer(x)
-            return x
-
         inputs = keras.Input(shape, dtype=input_dtype, name="images")
-        mean, std = INPUT_NORMALIZATIONS[input_normalization]
-        x = ImageNormalization(mean, std, name="normalize")(inputs)
-        stem_filters = round_filters(STEM_FILTERS, width)
-        x = keras.layers.Conv2D(stem_filters, 3, strides=2, padding="same", use_bias=False,
-                                kernel_initializer=conv_kernel_initializer(), name="stem_conv")(x)
-        x = norm_act(x, stem_filters, "stem")
-        for spec in specs:
-            x = MBConvBlock(spec.filters_in, spec.filters_out, spec.kernel_size, spec.strides,
-                            spec.expand_ratio, SE_RATIO, spec.group_size, norm, norm_groups,
-                            proxy_norm, activation, spec.drop_rate, name=spec.name)(x)
-        head_filters = round_filters(HEAD_FILTERS, width)
-        x = keras.layers.Conv2D(head_filters, 1, use_bias=False,
-                                kernel_initializer=conv_kernel_initializer(), name="head_conv")(x)
-        # As in Graphcore's implementation, the head's proxy 1 / sigma is dropped: pooling and
-        # the classifier follow, and the classifier's weights absorb a per-channel scale.
-        x = norm_act(x, head_filters, "head", proxy_scale=False)
-        if include_top:
-            x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
-            if dropout > 0:
-                x = keras.layers.Dropout(dropout, name="top_dropout")(x)
-            # The classifier computes in float32 under mixed precision, so the loss, softmax and
-            # top-k metrics see full-precision logits.
-            x = keras.layers.Dense(
-                classes, activation=classifier_activation, name="predictions", dtype="float32",
-                kernel_initializer=keras.initializers.VarianceScaling(
-                    1.0 / 3.0, mode="fan_out", distribution="uniform"))(x)
-        elif pooling == "avg":
-            x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
-        elif pooling == "max":
-            x = keras.layers.GlobalMaxPooling2D(name="max_pool")(x)
-        super().__init__(inputs=inputs, outputs=x, name=name or f"efficientnet_{variant}",
+        outputs = _network(inputs, specs, width, config,
+                           scaling.dropout if dropout_rate is None else float(dropout_rate))
+        super().__init__(inputs=inputs, outputs=outputs, name=name or f"efficientnet_{variant}",
                          **kwargs)
         self._config = config
         self.block_names = tuple(spec.name for spec in specs)

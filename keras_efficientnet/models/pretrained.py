@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from keras_efficientnet.layers.image_normalization import IMAGENET_MEAN, IMAGENET_STD
-from keras_efficientnet.models.efficientnet import SCALING, block_specs, round_filters
+from keras_efficientnet.models.architecture import SCALING, block_specs, round_filters
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -181,6 +181,35 @@ def _check_input_normalization(model: keras.Model) -> None:
             f"normalizes with mean={layer.mean}, std={layer.std}")
 
 
+def _match_variables(model: keras.Model, layers: dict, head_fits: bool):
+    """(variable, value) pairs of `model` from the file's `layers`, the misfits (as text) and
+    the variables with no keras.applications counterpart."""
+    blocks = set(model.block_names)
+    assignments, misfits, unmapped, used = [], [], [], set()
+    for variable in model.weights:
+        layer_name = _source_layer(variable.path, blocks)
+        if layer_name is None:
+            unmapped.append(variable.path)
+            continue
+        if layer_name == "predictions" and not head_fits:
+            continue  # a new classifier: logged by load_weights
+        used.add(layer_name)
+        value = layers.get(layer_name, {}).get(variable.path.rsplit("/", 1)[-1])
+        if value is not None and layer_name.endswith(_DEPTHWISE):
+            value = np.transpose(value, (0, 1, 3, 2))
+        if value is None or value.shape != tuple(variable.shape):
+            misfits.append(f"{variable.path} {tuple(variable.shape)} <- {layer_name} "
+                           f"{None if value is None else value.shape}")
+            continue
+        assignments.append((variable, value))
+    # Layers of the file that nothing here takes (a deeper variant's extra blocks), apart from
+    # keras.applications' input normalization and an unused classifier.
+    misfits += [f"{name} (not in this model)" for name in layers
+                if name not in used and name != "predictions"
+                and not name.startswith("normalization")]
+    return assignments, misfits, unmapped
+
+
 def load_weights(model: keras.Model, weights: str) -> None:
     """Loads keras.applications' EfficientNet weights into a G1-BN `model`.
 
@@ -203,33 +232,11 @@ def load_weights(model: keras.Model, weights: str) -> None:
     else:
         source = os.fspath(weights)
     layers = read_keras_h5(source)
-    blocks = set(model.block_names)
     file_head = layers.get("predictions", {})
     head_fits = bool(file_head) and all(
         file_head.get(v.path.rsplit("/", 1)[-1], np.empty(0)).shape == tuple(v.shape)
         for v in model.weights if v.path.startswith("predictions/"))
-    assignments, misfits, unmapped, used = [], [], [], set()
-    for variable in model.weights:
-        layer_name = _source_layer(variable.path, blocks)
-        if layer_name is None:
-            unmapped.append(variable.path)
-            continue
-        if layer_name == "predictions" and not head_fits:
-            continue  # a new classifier: logged below
-        used.add(layer_name)
-        value = layers.get(layer_name, {}).get(variable.path.rsplit("/", 1)[-1])
-        if value is not None and layer_name.endswith(_DEPTHWISE):
-            value = np.transpose(value, (0, 1, 3, 2))
-        if value is None or value.shape != tuple(variable.shape):
-            misfits.append(f"{variable.path} {tuple(variable.shape)} <- {layer_name} "
-                           f"{None if value is None else value.shape}")
-            continue
-        assignments.append((variable, value))
-    # Layers of the file that nothing here takes (a deeper variant's extra blocks), apart from
-    # keras.applications' input normalization and an unused classifier.
-    misfits += [f"{name} (not in this model)" for name in layers
-                if name not in used and name != "predictions"
-                and not name.startswith("normalization")]
+    assignments, misfits, unmapped = _match_variables(model, layers, head_fits)
     if unmapped:
         raise ValueError(f"{model.name}: no keras.applications counterpart for {unmapped[:3]}")
     if misfits:

@@ -30,6 +30,31 @@ def scaled_learning_rate(base_per_sample: float, global_batch: int) -> float:
     return float(base_per_sample) * global_batch
 
 
+def _check_decay(decay, warmup_steps, total_steps, decay_steps, decay_rate,
+                 decay_from_start) -> None:
+    """The arguments each decay needs, checked (a ValueError naming the argument)."""
+    if decay not in DECAY_TYPES:
+        raise ValueError(f"`decay` must be one of {DECAY_TYPES}. Received: {decay=!r}")
+    if decay == "exponential":
+        if decay_steps is None or not decay_steps > 0:
+            raise ValueError(
+                f'decay="exponential" needs `decay_steps` > 0. Received: {decay_steps=}'
+            )
+        if decay_rate is None or not 0 < decay_rate <= 1:
+            raise ValueError(
+                f'decay="exponential" needs `decay_rate` in (0, 1]. Received: {decay_rate=}'
+            )
+    if decay in ("cosine", "polynomial"):
+        # Counted from step 0, the decay needs only a length; after warm-up, a length past it.
+        floor = 0 if decay_from_start else warmup_steps
+        if total_steps is None or not total_steps > floor:
+            raise ValueError(
+                f"decay={decay!r} needs `total_steps` > "
+                f"{'0' if decay_from_start else '`warmup_steps`'}. "
+                f"Received: {total_steps=}, {warmup_steps=}"
+            )
+
+
 @keras.saving.register_keras_serializable(package="keras_efficientnet")
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up to `base_learning_rate`, then a decay that starts where warm-up ends.
@@ -98,26 +123,7 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError(f"`base_learning_rate` must be > 0. Received: {base_learning_rate=}")
         if warmup_steps < 0:
             raise ValueError(f"`warmup_steps` must be >= 0. Received: {warmup_steps=}")
-        if decay not in DECAY_TYPES:
-            raise ValueError(f"`decay` must be one of {DECAY_TYPES}. Received: {decay=!r}")
-        if decay == "exponential":
-            if decay_steps is None or not decay_steps > 0:
-                raise ValueError(
-                    f'decay="exponential" needs `decay_steps` > 0. Received: {decay_steps=}'
-                )
-            if decay_rate is None or not 0 < decay_rate <= 1:
-                raise ValueError(
-                    f'decay="exponential" needs `decay_rate` in (0, 1]. Received: {decay_rate=}'
-                )
-        if decay in ("cosine", "polynomial"):
-            # Counted from step 0, the decay needs only a length; after warm-up, a length past it.
-            floor = 0 if decay_from_start else warmup_steps
-            if total_steps is None or not total_steps > floor:
-                raise ValueError(
-                    f"decay={decay!r} needs `total_steps` > "
-                    f"{'0' if decay_from_start else '`warmup_steps`'}. "
-                    f"Received: {total_steps=}, {warmup_steps=}"
-                )
+        _check_decay(decay, warmup_steps, total_steps, decay_steps, decay_rate, decay_from_start)
         if end_learning_rate < 0:
             raise ValueError(f"`end_learning_rate` must be >= 0. Received: {end_learning_rate=}")
         if not power > 0:

@@ -87,7 +87,8 @@ def test_mbconv_errors_name_the_block():
 @pytest.mark.parametrize("layer", [
     SqueezeExcite(4, "relu"), StochasticDepth(0.1, seed=1),
     ImageNormalization((1, 2, 3), (4, 5, 6)),
-    MBConvBlock(16, 24, 5, 2, 4, 0.25, 16, "layer", 4, True, "swish", 0.1, name="block4a"),
+    MBConvBlock(16, 24, 5, 2, expand_ratio=4, se_ratio=0.25, group_size=16, norm="layer",
+                norm_groups=4, proxy_norm=True, activation="swish", drop_rate=0.1, name="block4a"),
 ])
 def test_config_round_trip(layer):
     assert_config_round_trip(layer)

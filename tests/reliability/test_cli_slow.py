@@ -204,7 +204,7 @@ def test_failures_after_tensorflow_loads_print_one_line(tmp_path, case):
         "evaluate_unwritable": (["--mode=evaluate"], 2, r"is not writable", {}),
     }[case]
     if case == "evaluate_unwritable":
-        model_dir = Path("/sys/kernel/keras-efficientnet-run")  # see test_run_dir._unwritable
+        model_dir = Path("/sys/kernel/keras-efficientnet-run")  # see test_cli_run_dir._unwritable
         if not Path("/sys/kernel").is_dir():
             pytest.skip("no /sys/kernel")
     result = run_cli("--flagfile=flags/smoke.flags", "--mode=train", f"--model_dir={model_dir}",
