@@ -23,15 +23,28 @@ __version__ = "0.1.0"
 CLI_MODULES = ("keras_efficientnet.train", "keras_efficientnet.predict")
 CLI_SCRIPTS = ("keras-efficientnet-train", "keras-efficientnet-predict")
 
-# Modules whose classes Keras must find by name when it loads a saved model: every public layer,
-# the EfficientNet model, every optimizer and learning-rate schedule.
-_SERIALIZABLE_MODULES = ("layers", "models", "optimizers")
-_LAZY_SUBMODULES = ("datasets", "training", "distribute", "cli")
-_LAZY_NAMES = {"EfficientNet": "keras_efficientnet.models.efficientnet",
-               "count_macs": "keras_efficientnet.models.macs",
-               "decode_predictions": "keras_efficientnet.models.imagenet_classes",
-               "list_presets": "keras_efficientnet.models.presets",
-               "list_recipes": "keras_efficientnet.recipes"}
+# The package face, one table: public name -> (module, attribute; None: the module itself).
+# Resolved on first use by `__getattr__`; `import_all` binds them all.
+_EXPORTS = {
+    **{name: (f"keras_efficientnet.{name}", None) for name in (
+        "layers", "models", "optimizers", "datasets", "training", "distribute", "cli")},
+    "EfficientNet": ("keras_efficientnet.models.efficientnet", "EfficientNet"),
+    "count_macs": ("keras_efficientnet.models.macs", "count_macs"),
+    "decode_predictions": ("keras_efficientnet.models.imagenet_classes", "decode_predictions"),
+    "list_presets": ("keras_efficientnet.models.presets", "list_presets"),
+    "list_recipes": ("keras_efficientnet.recipes", "list_recipes"),
+}
+# The exports whose import registers classes with Keras' serialization (so that it finds them by
+# name when it loads a saved model): every public layer, the model, every optimizer and
+# learning-rate schedule. The others need TensorFlow and load only when asked for.
+_REGISTERING = ("layers", "models", "optimizers", "EfficientNet", "count_macs",
+                "decode_predictions", "list_presets", "list_recipes")
+
+
+def _resolve(name: str):
+    module, attribute = _EXPORTS[name]
+    loaded = importlib.import_module(module)
+    return loaded if attribute is None else getattr(loaded, attribute)
 
 
 # Interpreter options that take a value as the next argument (`python -X importtime -m ...`).
@@ -59,24 +72,18 @@ def import_all() -> None:
     """Imports the model, every layer, optimizer and schedule, registering them with Keras (what
     `import keras_efficientnet` does outside the command-line entry points). It is the one place
     where importing the package imports Keras."""
-    modules = {name: importlib.import_module(f"keras_efficientnet.{name}")
-               for name in _SERIALIZABLE_MODULES}
-    modules["layers"].import_all()
-    globals().update(modules, **{name: getattr(importlib.import_module(module), name)
-                                 for name, module in _LAZY_NAMES.items()})
+    _resolve("layers").import_all()
+    globals().update({name: _resolve(name) for name in _REGISTERING})
 
 
 def __getattr__(name):
     # Lazy so that `import keras_efficientnet` never pulls TensorFlow in on the JAX backend.
-    if name in _LAZY_SUBMODULES or name in _SERIALIZABLE_MODULES:
-        return importlib.import_module(f"keras_efficientnet.{name}")
-    if name in _LAZY_NAMES:
-        return getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+    if name in _EXPORTS:
+        return _resolve(name)
     raise AttributeError(f"module 'keras_efficientnet' has no attribute {name!r}")
 
 
 if not started_as_cli():
     import_all()
 
-__all__ = ["EfficientNet", "count_macs", "decode_predictions", "list_presets", "list_recipes",
-           *_SERIALIZABLE_MODULES, *_LAZY_SUBMODULES]
+__all__ = list(_EXPORTS)

@@ -46,8 +46,8 @@ class TrainConfig:
                             "files to model_dir/previous/<time>/.")
     keep_checkpoints: int = _f(3, "Checkpoints to keep (the newest; the last good one is "
                                   "always kept too).")
-    checkpoint_steps: int = _f(0, "Also checkpoint every N training steps, mid-epoch; 0 = at "
-                                  "epoch ends only.")
+    checkpoint_steps: int = _f(0, "Also checkpoint every N training step calls, mid-epoch; "
+                                  "0 = at epoch ends only.")
     checkpoint_minutes: float = _f(0.0, "Also checkpoint when N minutes passed since the last "
                                         "save (long epochs); 0 = off.")
     export_dir: str = _f("", "Also write the final model here as a TensorFlow SavedModel "
@@ -92,16 +92,18 @@ class TrainConfig:
                                   "logical CPUs when there is none), multiworker (TF_CONFIG), "
                                   "horovod (horovodrun) or ipu (see README: needs Graphcore's "
                                   "SDK, cannot run with Keras 3).", STRATEGIES)
-    micro_batch_size: int = _f(32, "Examples per replica per forward pass.")
-    gradient_accumulation: int = _f(1, "Micro-batches accumulated per optimizer step.")
+    micro_batch_size: int = _f(32, "Examples per replica per forward pass (a micro-batch).")
+    gradient_accumulation: int = _f(1, "Micro-batches per replica whose gradients make one "
+                                       "optimizer update.")
     replicas: int = _f(1, "Data-parallel replicas (global batch = micro x accum x replicas).")
     pipeline_splits: str = _f("", "Blocks that start pipeline stages 1, 2, ... (e.g. block4a), "
                                   "or auto:N for the planner's N stages; empty = no pipeline.")
     peer_timeout: float = _f(60.0, "multiworker: seconds to wait for every peer in TF_CONFIG "
                                    "to answer, then again for TensorFlow to join them; the "
                                    "run fails naming the peer that did not.")
-    device_iterations: int = _f(1, "Optimizer updates per host call (steps_per_execution is "
-                                   "this x the micro-batch steps per update).")
+    device_iterations: int = _f(1, "Optimizer updates per host call (the step calls per host "
+                                   "call, Keras' steps_per_execution, are this x the step "
+                                   "calls per update).")
     precision: str = _f("float32", "Compute precision (float16: weights too, Graphcore's "
                                    "16.16; mixed_float16: their 16.32).", PRECISIONS)
     stochastic_rounding: str = _f("auto", "IPU: stochastic rounding of 16-bit arithmetic; "
