@@ -57,6 +57,10 @@ class TrainConfig:
     # Model.
     model: str = _f("efficientnet-b0-g16-lnpn",
                     "Architecture preset (see keras_efficientnet.models.PRESETS).")
+    weights: str = _f("", "Start training from these weights: 'imagenet' (keras.applications' "
+                          "ImageNet weights, G1-BN presets), a run's model.keras or "
+                          ".weights.h5 (any preset, the same one), or a keras.applications "
+                          ".h5 file. Another class count gets a new classifier. Empty = random.")
     dropout_rate: float = _f(-1.0, "Dropout before the classifier; -1 keeps the variant's.")
     drop_connect_rate: float = _f(0.2, "Stochastic depth of the last block.")
 
@@ -275,6 +279,9 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"--peer_timeout must be > 0 seconds, received {config.peer_timeout}")
     if not config.model_dir:
         raise ValueError("--model_dir must not be empty")
+    from keras_efficientnet.training.warm_start import check_weights_flag
+
+    check_weights_flag(config.weights)
     if not 0.0 < config.crop_area_min <= 1.0:
         raise ValueError(f"--crop_area_min must be in (0, 1], received {config.crop_area_min}")
     for name in ("train_resolution", "test_resolution"):

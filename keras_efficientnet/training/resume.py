@@ -61,6 +61,12 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
                 f"{Path(config.model_dir) / 'checkpoints'} and no --init_checkpoint given")
         source = str(latest)
     path = Path(source)
+    if path.is_dir() and (path / "checkpoints").is_dir():  # a run directory: its latest
+        latest = CheckpointManager(path / "checkpoints").resume_point(move_damaged=False)
+        if latest is None:
+            raise ValueError(f"--init_checkpoint={source!r} is a run directory without a "
+                             "checkpoint; give its model.keras or a checkpoint folder")
+        path = latest
     if path.is_dir():
         saved = CheckpointManager.read_state(path)
         check_architecture(saved["config"], config, path)

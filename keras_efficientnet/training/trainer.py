@@ -58,6 +58,7 @@ from keras_efficientnet.training.resume import (
 from keras_efficientnet.training.run_config import write_run_config
 from keras_efficientnet.training.runtime import OneDevice
 from keras_efficientnet.training.session import RunSession
+from keras_efficientnet.training.warm_start import warm_start
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -260,6 +261,8 @@ def _model_to_train(config: TrainConfig, runtime, resolution: int, num_classes: 
     restored state (epoch, batch, history, weight average, metrics; empty for a new run)."""
     with runtime.scope():
         model = build_model(config, resolution, num_classes)
+        if latest is None and config.weights:  # a new run from pretrained weights
+            warm_start(model, config)
         runtime.attach(model)
         schedule = lr_schedule(config, config.plan.optimizer_applies_per_epoch(updates),
                                config.epochs, config.peak_learning_rate())
