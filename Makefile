@@ -10,7 +10,8 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: help install install-jax install-horovod venv-timm test test-tf test-jax test-slow train lint \
         benchmark benchmark-layers benchmark-pipeline benchmark-distribute benchmark-pareto \
-        benchmark-microbatch data-fashion \
+        benchmark-microbatch data-fashion benchmark-fashion benchmark-fashion-time \
+        benchmark-fashion-microbatch \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
 
 help:
@@ -26,6 +27,10 @@ help:
 	@echo "make benchmark-gpu         GPU benchmark under JAX (+ timm peer), no TensorFlow"
 	@echo "make benchmark-gpu-smoke   the same path on this CPU at tiny sizes (.venv-jax)"
 	@echo "make data-fashion  install Fashion-MNIST (Debian's package; as root, else prints how)"
+	@echo "make benchmark-fashion-time        Fashion-MNIST test top-1 (95% t) against training"
+	@echo "                                   seconds, 3 recipes x 3 seeds (at most 60 min)"
+	@echo "make benchmark-fashion-microbatch  BN/GN/LN/LN+PN at micro-batch 2 and 32 (<= 60 min)"
+	@echo "make benchmark-fashion             both; a stopped one resumes when run again"
 	@echo "make lint        ruff (style, import order, stale noqa); CI runs it before the tests"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -120,6 +125,19 @@ benchmark-pareto: install
 # Options for bench_microbatch.py go in ARGS, e.g. ARGS="--seeds 0" (about half the time).
 benchmark-microbatch: install
 	$(PY) -m benchmarks.bench_microbatch $(ARGS)
+
+# Fashion-MNIST (benchmarks/README.md): each target stops after 60 minutes; its rows are kept and
+# the next run skips them. Options in ARGS, e.g. ARGS="--seeds 0 1 2 3 4" or ARGS=--report-only.
+FASHION_BUDGET := 3600
+benchmark-fashion: benchmark-fashion-time benchmark-fashion-microbatch
+
+benchmark-fashion-time: install
+	timeout $(FASHION_BUDGET) $(PY) -m benchmarks.bench_fashion time $(ARGS) || { \
+	  echo "benchmark-fashion-time stopped: run it again to resume"; exit 1; }
+
+benchmark-fashion-microbatch: install
+	timeout $(FASHION_BUDGET) $(PY) -m benchmarks.bench_fashion microbatch $(ARGS) || { \
+	  echo "benchmark-fashion-microbatch stopped: run it again to resume"; exit 1; }
 
 # Run where PyPI is reachable; carry benchmarks/gpu/wheels to the GPU machine.
 benchmark-gpu-wheels:

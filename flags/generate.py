@@ -256,28 +256,25 @@ SMOKE = """\
 --verbose=2
 """
 
-FASHION_MNIST = """\
-# A first Fashion-MNIST job (--dataset=fashion_mnist; install it with `make data-fashion`): the
-# tiny G16 EfficientNet with LayerNorm + Proxy Norm, the paper's recipe in miniature as in
-# default.flags: train at 32px with scale-augmenting crops and flips, average the per-epoch
-# weights, fine-tune the head block at the test resolution (64px, same residue mod 32) and
-# evaluate on `validation` (the last 5,000 training images) before and after. Not yet measured
-# on this project's 2-core CPU: a starting point for the measured recipes (issue 22), whose
-# flagfiles will state their top-1 and training time. The test split is for a final evaluation
-# only: rerun with --mode=evaluate --eval_split=test once the recipe is fixed.
-# Run: python -m keras_efficientnet.train --flagfile=flags/fashion-mnist-g16-lnpn.flags
---mode=train_and_finetune
---model=efficientnet-tiny-g16-lnpn
---model_dir=runs/fashion-mnist-g16-lnpn
+# Fashion-MNIST (issue 22): one model size, the tiny EfficientNet (half width, one block per
+# stage), in three recipes sharing every other flag. Images are 28x28, resized to the test
+# resolution 64; the reduced resolution 32 keeps the residue mod 32.
+FASHION_TEST_RESOLUTION = 64
+FASHION_REDUCED_RESOLUTION = 32
+FASHION_RECIPES = {
+    "g1-bn-native": ("efficientnet-tiny-g1-bn", "G1 (depthwise) with BatchNorm, trained and "
+                     "tested at 64px (the reference)", False),
+    "g16-gn": ("efficientnet-tiny-g16-gn", "G16 with GroupNorm, trained at 32px and its head "
+               "fine-tuned at 64px", True),
+    "g16-lnpn": ("efficientnet-tiny-g16-lnpn", "G16 with LayerNorm + Proxy Norm, trained at "
+                 "32px and its head fine-tuned at 64px (the paper's recipe)", True),
+}
+FASHION_SHARED = """\
 --dataset=fashion_mnist
 --train_split=train
 --eval_split=validation
---train_resolution=32
---test_resolution=64
 --micro_batch_size=64
 --epochs=5
---finetune_epochs=1
---finetune_learning_rate=0.01
 --optimizer=rmsprop
 --learning_rate=0.002
 --lr_schedule=cosine
@@ -290,6 +287,32 @@ FASHION_MNIST = """\
 --drop_connect_rate=0.1
 --seed=0
 """
+
+
+def fashion_mnist(recipe: str) -> str:
+    """One Fashion-MNIST recipe: the shared schedule, its model and resolutions."""
+    model, what, reduced = FASHION_RECIPES[recipe]
+    name = f"fashion-mnist-{recipe}"
+    train = FASHION_REDUCED_RESOLUTION if reduced else FASHION_TEST_RESOLUTION
+    mode = "train_and_finetune" if reduced else "train"
+    finetune = ("--finetune_epochs=1\n--finetune_learning_rate=0.01\n" if reduced else "")
+    return (f"""\
+# Fashion-MNIST (--dataset=fashion_mnist; install it with `make data-fashion`), one of the three
+# recipes of issue 22 on the tiny EfficientNet:
+# {what}.
+# Every recipe: RMSProp, cosine decay, label smoothing, scale-augmenting crops and flips,
+# per-epoch weight averaging, 5 epochs of the 55,000 `train` images, chosen on `validation` (the
+# last 5,000 training images). Measured with `make benchmark-fashion` (benchmarks/README.md):
+# test top-1 with 95% intervals over seeds against training seconds; the full 5-epoch schedule
+# is not yet measured on this project's 2-core CPU. The test split is for a final evaluation
+# only (--mode=evaluate --eval_split=test --init_checkpoint=<the run's final weights>).
+# Run: python -m keras_efficientnet.train --flagfile=flags/{name}.flags
+--mode={mode}
+--model={model}
+--model_dir=runs/{name}
+--train_resolution={train}
+--test_resolution={FASHION_TEST_RESOLUTION}
+""" + finetune + FASHION_SHARED)
 
 
 def flagfiles() -> dict[str, str]:
@@ -306,7 +329,8 @@ def flagfiles() -> dict[str, str]:
     files["b4-g16-gn-lars-finetuned-ours.flags"] = LARS_B4_FINETUNED_OURS
     files["default.flags"] = DEFAULT
     files["smoke.flags"] = SMOKE
-    files["fashion-mnist-g16-lnpn.flags"] = FASHION_MNIST
+    for recipe in FASHION_RECIPES:
+        files[f"fashion-mnist-{recipe}.flags"] = fashion_mnist(recipe)
     return files
 
 

@@ -1,0 +1,621 @@
+"""Fashion-MNIST: test top-1 with 95% intervals against training seconds, and across micro-batches.
+
+Run with `make benchmark-fashion` (both experiments), `make benchmark-fashion-time` (a) or
+`make benchmark-fashion-microbatch` (b); `python -m benchmarks.bench_fashion {time,microbatch}
+--help` lists the options. The data is Debian's `dataset-fashion-mnist` (`make data-fashion`).
+
+(a) `time`: each recipe of flags/fashion-mnist-*.flags (G1-BN at the test resolution; G16-GN and
+    G16-LN+PN at the reduced resolution, head fine-tuned at the test resolution), for each seed:
+    training plus fine-tune seconds (wall clock, evaluation excluded) and the top-1 of the final
+    weights on the 10,000 `test` images, evaluated once at the end. The flagfiles' full schedules
+    take longer than the 60-minute budget of one `make` target on 2 cores, so by default each run
+    is shortened to `--epochs` epochs of `--updates-per-epoch` updates (a shorter schedule: the
+    batches are drawn from the whole shuffled `train` split; `test` is never trained on).
+(b) `microbatch`: the micro-batch experiment of bench_microbatch on Fashion-MNIST, through its
+    code: the tiny G16 model with BatchNorm, GroupNorm, LayerNorm and LN+PN at micro-batches 2
+    and 32, accumulated to the same global batch (same images, updates and learning rate), the
+    final weights' test top-1 (BatchNorm with re-estimated statistics).
+
+Every finished (recipe or norm, micro-batch, seed) run appends one JSON line to
+benchmarks/results/fashion_time.jsonl or fashion_microbatch.jsonl at once; a restarted run skips
+the runs whose rows (same schedule) are already there, so a stopped benchmark resumes where it
+stopped. The summary (mean and 95% Student-t interval over the seeds, paired differences between
+recipes) and the PNG chart with error bars are computed from the rows alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from benchmarks.common import machine, make_row, read_rows, results_dir, validate_row
+
+REPO = Path(__file__).resolve().parents[1]
+FLAGS_DIR = REPO / "flags"
+BASELINE = "G1-BN native"
+# Label -> (flagfile, trained at the reduced resolution and fine-tuned).
+RECIPES = {
+    BASELINE: "fashion-mnist-g1-bn-native.flags",
+    "G16-GN reduced + fine-tune": "fashion-mnist-g16-gn.flags",
+    "G16-LN+PN reduced + fine-tune": "fashion-mnist-g16-lnpn.flags",
+}
+MICROBATCH_FLAGFILE = "fashion-mnist-g16-lnpn.flags"
+# Published test top-1 on Fashion-MNIST (the dataset's benchmark table and papers).
+PUBLISHED = {"2-layer CNN": 0.92, "ResNet-18": 0.949, "DenseNet-BC 768K": 0.954,
+             "WRN-40-4": 0.967}
+CONFIDENCE = 0.95
+
+
+# ---------------------------------------------------------------- interval arithmetic
+
+
+def t_cdf(x: float, df: int) -> float:
+    """P(T <= x) for Student's t with `df` degrees of freedom (Simpson's rule on the density)."""
+    if df < 1:
+        raise ValueError(f"Student's t needs df >= 1, received {df}")
+    if x < 0:
+        return 1.0 - t_cdf(-x, df)
+    log_norm = (math.lgamma((df + 1) / 2) - math.lgamma(df / 2)
+                - 0.5 * math.log(df * math.pi))
+
+    def density(t: float) -> float:
+        return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+
+    intervals = 2000
+    h = x / intervals
+    total = density(0.0) + density(x)
+    for i in range(1, intervals):
+        total += (4 if i % 2 else 2) * density(i * h)
+    return 0.5 + total * h / 3
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The `p` quantile of Student's t with `df` degrees of freedom (bisection on t_cdf)."""
+    if not 0 < p < 1:
+        raise ValueError(f"a quantile needs 0 < p < 1, received {p}")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_cdf(middle, df) < p else (low, middle)
+    return (low + high) / 2
+
+
+def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> dict:
+    """Mean, sample standard deviation and the half-width of the two-sided Student-t interval
+    for the mean (None with fewer than 2 values: one seed gives no interval)."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("an interval needs at least one value")
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"n": 1, "mean": mean, "std": None, "half_width": None}
+    std = statistics.stdev(values)
+    quantile = t_quantile(0.5 + confidence / 2, len(values) - 1)
+    return {"n": len(values), "mean": mean, "std": std,
+            "half_width": quantile * std / math.sqrt(len(values))}
+
+
+def paired_difference(a: dict[int, float], b: dict[int, float],
+                      confidence: float = CONFIDENCE) -> dict | None:
+    """Interval of mean(a - b) over the seeds both have (seed -> value); None without any.
+    `separated` says whether the interval excludes zero."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return None
+    result = mean_interval([a[s] - b[s] for s in seeds], confidence)
+    width = result["half_width"]
+    result["seeds"] = seeds
+    result["separated"] = (width is not None
+                           and (result["mean"] - width > 0 or result["mean"] + width < 0))
+    return result
+
+
+def format_interval(result: dict, digits: int = 4) -> str:
+    if result["half_width"] is None:
+        return f"{result['mean']:.{digits}f} (1 seed, no interval)"
+    return f"{result['mean']:.{digits}f} +/- {result['half_width']:.{digits}f}"
+
+
+# ---------------------------------------------------------------- rows and resume
+
+
+def run_key(variant: str, seed: int, schedule: dict, micro_batch: int | None = None) -> str:
+    """The identity of one run: a row with the same key is that run, already done."""
+    return json.dumps({"variant": variant, "micro_batch": micro_batch, "seed": seed,
+                       "schedule": schedule}, sort_keys=True)
+
+
+def done_keys(path: Path) -> set[str]:
+    """The run keys of the rows already in `path` (none where it does not exist yet)."""
+    if not path.exists():
+        return set()
+    return {row["run_key"] for row in read_rows(path) if "run_key" in row}
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Appends one checked row as a JSON line and flushes it to disk (a stopped run keeps it)."""
+    validate_row(row)
+    for field in ("run_key", "seed", "top1", "seconds", "schedule"):
+        if field not in row:
+            raise ValueError(f"fashion benchmark row lacks {field!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def matching_rows(path: Path, schedule: dict) -> list[dict]:
+    """The rows of `path` measured with `schedule` (rows of other schedules stay in the file)."""
+    if not path.exists():
+        return []
+    return [row for row in read_rows(path) if row.get("schedule") == schedule]
+
+
+def same_seed_reference(path: Path, schedule: dict, reference: str, seed: int,
+                        micro_batch: int | None = None) -> float | None:
+    """Images/s of the reference run of the same seed and schedule, where it was measured."""
+    for row in matching_rows(path, schedule):
+        if (row["variant"] == reference and row["seed"] == seed
+                and row.get("micro_batch") == micro_batch):
+            return row["images_per_second"]
+    return None
+
+
+# ---------------------------------------------------------------- (a) accuracy against time
+
+
+def recipe_config(label: str, seed: int, args, model_dir: Path):
+    """The TrainConfig of one recipe's run: its flagfile, shortened to the benchmark's
+    schedule, evaluated on `test` at the end."""
+    from benchmarks.bench_pareto import base_config
+
+    config = base_config(FLAGS_DIR / RECIPES[label])
+    changes = dict(seed=seed, model_dir=str(model_dir), resume=False, verbose=0,
+                   eval_split="test", eval_steps=args.eval_steps)
+    for name, value in (("epochs", args.epochs), ("updates_per_epoch", args.updates_per_epoch),
+                        ("finetune_epochs", args.finetune_epochs),
+                        ("warmup_epochs", args.warmup_epochs)):
+        if value is not None:
+            changes[name] = value
+    return config.replace(**changes)
+
+
+def train_recipe(config) -> dict:
+    """Trains (and fine-tunes) `config`; seconds exclude the final test evaluation."""
+    import keras
+
+    from keras_efficientnet.training import trainer
+
+    keras.backend.clear_session()
+    train_examples, test_examples, num_classes = trainer.dataset_facts(config)
+    _, test_res = trainer.resolutions(config)
+    started = time.perf_counter()
+    with trainer.precision_policy(config.precision):
+        trained = trainer.train(config, num_classes, train_examples)
+        train_seconds = time.perf_counter() - started
+        weights = trained["model"].get_weights()
+        if trained["average"] is not None and trained["average"].values is not None:
+            weights = trained["average"].weights_like(trained["model"])
+        finetune_seconds, finetune_ips = 0.0, None
+        if config.mode == "train_and_finetune" and config.finetune_epochs > 0:
+            tuned_started = time.perf_counter()
+            model, info = trainer.finetune(config, weights, num_classes, train_examples)
+            finetune_seconds = time.perf_counter() - tuned_started
+            finetune_ips = info["images_per_second"]
+        else:
+            model = trainer.build_model(config, test_res, num_classes)
+            trainer.compile_model(model, "sgd", config, num_classes)
+            model.set_weights(weights)
+        data = trainer.build_datasets(config, test_res, training=False, split=config.eval_split,
+                                      repeat=False, num_classes=num_classes)
+        steps = config.eval_steps or -(-test_examples // config.plan.examples_per_forward_pass)
+        result = trainer.evaluate(model, data, steps)
+    return {"top1": result["top1"], "top5": result["top5"],
+            "images_per_second": trained["images_per_second"],
+            "finetune_images_per_second": finetune_ips,
+            "train_seconds": train_seconds, "finetune_seconds": finetune_seconds,
+            "updates_per_epoch": trained["updates_per_epoch"]}
+
+
+def time_schedule(args) -> dict:
+    return {"epochs": args.epochs, "updates_per_epoch": args.updates_per_epoch,
+            "finetune_epochs": args.finetune_epochs, "warmup_epochs": args.warmup_epochs,
+            "eval_steps": args.eval_steps}
+
+
+def time_row(label: str, seed: int, config, result: dict, schedule: dict, path: Path,
+             info: dict, note: str) -> dict:
+    import keras
+
+    reference_ips = same_seed_reference(path, schedule, BASELINE, seed)
+    reference = BASELINE if reference_ips is not None or label == BASELINE else label
+    images = config.epochs * result["updates_per_epoch"] * config.global_batch_size
+    return make_row(
+        "fashion_time", machine=info, backend=keras.backend.backend(), variant=label,
+        resolution=config.train_resolution, batch=config.micro_batch_size,
+        precision=config.precision, images_per_second=result["images_per_second"],
+        reference=reference,
+        reference_images_per_second=reference_ips or result["images_per_second"],
+        run_key=run_key(label, seed, schedule), schedule=schedule, seed=seed, note=note,
+        flagfile=f"flags/{RECIPES[label]}", model=config.model, dataset=config.dataset,
+        test_resolution=config.test_resolution, epochs=config.epochs,
+        updates_per_epoch=result["updates_per_epoch"], train_images=images,
+        global_batch=config.global_batch_size,
+        finetune_epochs=config.finetune_epochs if config.mode == "train_and_finetune" else 0,
+        finetune_images_per_second=(round(result["finetune_images_per_second"], 1)
+                                    if result["finetune_images_per_second"] else None),
+        train_seconds=round(result["train_seconds"], 2),
+        finetune_seconds=round(result["finetune_seconds"], 2),
+        seconds=round(result["train_seconds"] + result["finetune_seconds"], 2),
+        eval_split=config.eval_split, top1=round(result["top1"], 4),
+        top5=round(result["top5"], 4))
+
+
+def run_time(args) -> Path:
+    path = results_dir(args.output_dir) / "fashion_time.jsonl"
+    schedule = time_schedule(args)
+    done = done_keys(path)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-fashion-"))
+    try:
+        for seed in args.seeds:
+            for label in args.recipes:
+                if run_key(label, seed, schedule) in done:
+                    print(f"  seed {seed} {label}: already in {path.name}, skipped", flush=True)
+                    continue
+                config = recipe_config(label, seed, args, scratch / f"{seed}-{len(done)}")
+                result = train_recipe(config)
+                row = time_row(label, seed, config, result, schedule, path,
+                               machine(), args.note)
+                append_row(path, row)
+                done.add(row["run_key"])
+                print(f"  seed {seed} {label}: test top-1 {row['top1']:.4f}, "
+                      f"{row['seconds']:.1f} s ({row['images_per_second']:.0f} img/s)",
+                      flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path
+
+
+# ---------------------------------------------------------------- (b) micro-batch
+
+
+def microbatch_schedule(args) -> dict:
+    return {"epochs": args.epochs, "updates_per_epoch": args.updates_per_epoch,
+            "global_batch": args.global_batch, "resolution": args.resolution,
+            "warmup_epochs": args.warmup_epochs, "bn_batches": args.bn_batches,
+            "eval_steps": args.eval_steps}
+
+
+def microbatch_base(args):
+    """The shared recipe of every norm: the G16-LN+PN flagfile at one resolution, no fine-tune,
+    its per-example learning rate times the global batch (as bench_microbatch)."""
+    from benchmarks.bench_microbatch import base_config
+
+    base = base_config(FLAGS_DIR / MICROBATCH_FLAGFILE)
+    per_sample = base.peak_learning_rate() / base.global_batch_size
+    return base.replace(epochs=args.epochs, warmup_epochs=args.warmup_epochs,
+                        updates_per_epoch=args.updates_per_epoch, verbose=0,
+                        train_resolution=args.resolution, test_resolution=args.resolution,
+                        learning_rate=0.0, learning_rate_per_sample=per_sample,
+                        weight_average_decay=0.0, eval_steps=args.eval_steps,
+                        eval_split="test")
+
+
+def train_and_score(config, bn_batches: int, eval_batch: int) -> dict:
+    """Trains `config` (bench_microbatch's way) and returns the test top-1 of its final weights.
+    BatchNorm's statistics are re-estimated on `bn_batches` training micro-batches of the size it
+    trained at; evaluation then runs at `eval_batch` images a call (inference uses no batch
+    statistics, so this only saves time at micro-batch 2)."""
+    import keras
+
+    from benchmarks.bench_microbatch import batch_norm_layers, reestimate_batch_norm
+    from keras_efficientnet.training import trainer
+
+    train_examples, test_examples, num_classes = trainer.dataset_facts(config)
+    started = time.perf_counter()
+    trained = trainer.train(config, num_classes, train_examples)
+    seconds = time.perf_counter() - started
+    model = trained["model"]
+    trainer.compile_model(model, "sgd", config, num_classes)
+    evaluation = config.replace(micro_batch_size=eval_batch, gradient_accumulation=1)
+    data = trainer.build_datasets(evaluation, config.test_resolution, training=False,
+                                  split=config.eval_split, repeat=False, num_classes=num_classes)
+    steps = config.eval_steps or -(-test_examples // eval_batch)
+    result = {"images_per_second": trained["images_per_second"], "seconds": seconds}
+    if batch_norm_layers(model):
+        result["top1_moving_averages"] = trainer.evaluate(model, data, steps)["top1"]
+        train_data = trainer.build_datasets(config, config.train_resolution, training=True,
+                                            split=config.train_split, repeat=True,
+                                            num_classes=num_classes)
+        reestimate_batch_norm(model, train_data, bn_batches)
+    result["top1"] = trainer.evaluate(model, data, steps)["top1"]
+    keras.backend.clear_session()
+    return result
+
+
+def run_microbatch(args) -> Path:
+    import keras
+
+    from benchmarks import bench_microbatch
+
+    path = results_dir(args.output_dir) / "fashion_microbatch.jsonl"
+    schedule = microbatch_schedule(args)
+    done = done_keys(path)
+    base = microbatch_base(args)
+    reference_micro = max(args.micro_batches)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-fashion-mb-"))
+    try:
+        for seed in args.seeds:
+            for norm in args.norms:
+                for micro in sorted(args.micro_batches, reverse=True):
+                    key = run_key(norm, seed, schedule, micro)
+                    if key in done:
+                        print(f"  seed {seed} {norm} micro-batch {micro}: already in "
+                              f"{path.name}, skipped", flush=True)
+                        continue
+                    keras.backend.clear_session()
+                    config = bench_microbatch.run_config(
+                        base, norm, micro, args.global_batch, seed,
+                        scratch / f"{norm}-{micro}-{seed}")
+                    result = train_and_score(config, args.bn_batches, args.global_batch)
+                    row = microbatch_row(norm, micro, seed, config, result, args, schedule,
+                                         path, key, reference_micro)
+                    append_row(path, row)
+                    done.add(key)
+                    print(f"  seed {seed} {norm:6s} micro-batch {micro:3d}: test top-1 "
+                          f"{row['top1']:.4f}, {row['seconds']:.1f} s", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path
+
+
+def microbatch_row(norm, micro, seed, config, result, args, schedule, path, key,
+                   reference_micro) -> dict:
+    import keras
+
+    from benchmarks.bench_microbatch import NORMS, REFERENCE_NORM
+
+    reference_ips = same_seed_reference(path, schedule, REFERENCE_NORM, seed, reference_micro)
+    is_reference = norm == REFERENCE_NORM and micro == reference_micro
+    reference = (f"{REFERENCE_NORM} micro-batch {reference_micro}"
+                 if reference_ips is not None or is_reference else f"{norm} micro-batch {micro}")
+    extra = {}
+    if "top1_moving_averages" in result:
+        extra = {"top1_moving_averages": round(result["top1_moving_averages"], 4),
+                 "bn_statistics": f"re-estimated on {args.bn_batches} training micro-batches"}
+    return make_row(
+        "fashion_microbatch", machine=machine(), backend=keras.backend.backend(), variant=norm,
+        resolution=args.resolution, batch=micro, precision=config.precision,
+        images_per_second=result["images_per_second"], reference=reference,
+        reference_images_per_second=reference_ips or result["images_per_second"],
+        run_key=key, schedule=schedule, seed=seed, note=args.note,
+        model=f"efficientnet-tiny-{NORMS[norm]}", dataset=config.dataset, micro_batch=micro,
+        global_batch=args.global_batch, gradient_accumulation=args.global_batch // micro,
+        epochs=args.epochs, updates_per_epoch=config.updates_per_epoch,
+        train_images=args.epochs * config.updates_per_epoch * args.global_batch,
+        learning_rate=config.peak_learning_rate(), seconds=round(result["seconds"], 2),
+        eval_split=config.eval_split, top1=round(result["top1"], 4), **extra)
+
+
+# ---------------------------------------------------------------- summary and charts
+
+
+def summarize(rows: list[dict], group) -> dict:
+    """group(row) -> {'top1': interval, 'seconds': interval, 'top1_by_seed': {seed: top1}}."""
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault(group(row), []).append(row)
+    return {key: {"top1": mean_interval([r["top1"] for r in own]),
+                  "seconds": mean_interval([r["seconds"] for r in own]),
+                  "top1_by_seed": {r["seed"]: r["top1"] for r in own},
+                  "seeds": sorted(r["seed"] for r in own)}
+            for key, own in groups.items()}
+
+
+def print_comparisons(summary: dict, pairs: list[tuple]) -> None:
+    for a, b in pairs:
+        if a not in summary or b not in summary:
+            continue
+        diff = paired_difference(summary[a]["top1_by_seed"], summary[b]["top1_by_seed"])
+        if diff is None:
+            continue
+        verdict = ("separated" if diff["separated"] else
+                   "not separated by the interval" if diff["half_width"] is not None
+                   else "one seed, no interval")
+        print(f"  {a} - {b}: {format_interval(diff)} over seeds {diff['seeds']} ({verdict})")
+
+
+def report_time(path: Path, schedule: dict) -> dict:
+    rows = matching_rows(path, schedule)
+    summary = summarize(rows, lambda r: r["variant"])
+    print(f"\n{'recipe':32s} {'test top-1 (95% t)':>24s} {'seconds (95% t)':>22s} seeds")
+    for label, s in summary.items():
+        print(f"{label:32s} {format_interval(s['top1']):>24s} "
+              f"{format_interval(s['seconds'], 1):>22s} {s['seeds']}")
+    print_comparisons(summary, [("G16-LN+PN reduced + fine-tune", BASELINE),
+                                ("G16-LN+PN reduced + fine-tune", "G16-GN reduced + fine-tune"),
+                                ("G16-GN reduced + fine-tune", BASELINE)])
+    if rows:
+        draw_time_chart(path, rows, summary)
+    return summary
+
+
+def report_microbatch(path: Path, schedule: dict) -> dict:
+    rows = matching_rows(path, schedule)
+    summary = summarize(rows, lambda r: (r["variant"], r["micro_batch"]))
+    print(f"\n{'norm':6s} {'micro-batch':>11s} {'test top-1 (95% t)':>26s} seeds")
+    for (norm, micro), s in sorted(summary.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        print(f"{norm:6s} {micro:11d} {format_interval(s['top1']):>26s} {s['seeds']}")
+    micros = sorted({m for _, m in summary})
+    norms = list(dict.fromkeys(n for n, _ in summary))
+    pairs = [((n, micros[0]), (n, micros[-1])) for n in norms] if len(micros) > 1 else []
+    pairs += [(("LN+PN", m), (other, m)) for m in micros for other in ("GN", "LN", "BN")]
+    print_comparisons(summary, pairs)
+    if rows:
+        draw_microbatch_chart(path, rows, summary)
+    return summary
+
+
+def _error(interval: dict) -> float:
+    return interval["half_width"] or 0.0
+
+
+def draw_time_chart(path: Path, rows: list[dict], summary: dict) -> Path | None:
+    """Test top-1 against training seconds, mean with 95% intervals both ways, seeds as dots."""
+    try:
+        from benchmarks import charts
+
+        plt = charts._pyplot()
+    except ImportError:
+        print(f"no chart for {path}: matplotlib is not installed here")
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for marker, (label, s) in zip("osd^v", summary.items()):
+        handle = ax.errorbar(s["seconds"]["mean"], s["top1"]["mean"],
+                             xerr=_error(s["seconds"]), yerr=_error(s["top1"]), fmt=marker,
+                             capsize=4, label=f"{label} ({len(s['seeds'])} seeds)")
+        own = [r for r in rows if r["variant"] == label]
+        ax.plot([r["seconds"] for r in own], [r["top1"] for r in own], ".", alpha=0.4,
+                color=handle[0].get_color())
+    low = min(r["top1"] for r in rows)
+    for name, top1 in PUBLISHED.items():
+        if top1 >= low - 0.02:
+            ax.axhline(top1, color="#9e9e9e", linestyle=":", linewidth=0.8)
+            ax.annotate(f"{name} {top1}", (ax.get_xlim()[0], top1), fontsize=7,
+                        color="#616161", va="bottom")
+    first = rows[0]
+    ax.set_xlabel("training + fine-tune seconds (mean, 95% t interval)")
+    ax.set_ylabel("Fashion-MNIST test top-1 (mean, 95% t interval)")
+    ax.set_title(f"Fashion-MNIST, {first['epochs']} epochs x {first['updates_per_epoch']} "
+                 f"updates of {first['global_batch']} — {first.get('note', '')}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return charts._save(plt, fig, path, first["machine"])
+
+
+def draw_microbatch_chart(path: Path, rows: list[dict], summary: dict) -> Path | None:
+    """Test top-1 against the micro-batch, one line per norm, 95% intervals, seeds as dots."""
+    try:
+        from benchmarks import charts
+
+        plt = charts._pyplot()
+    except ImportError:
+        print(f"no chart for {path}: matplotlib is not installed here")
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    norms = list(dict.fromkeys(n for n, _ in summary))
+    for index, norm in enumerate(norms):
+        shift = 1 + 0.04 * (index - (len(norms) - 1) / 2)  # side by side on the log axis
+        micros = sorted(m for n, m in summary if n == norm)
+        means = [summary[(norm, m)]["top1"]["mean"] for m in micros]
+        errors = [_error(summary[(norm, m)]["top1"]) for m in micros]
+        handle = ax.errorbar([m * shift for m in micros], means, yerr=errors, fmt="o-",
+                             capsize=4, label=norm)
+        own = [r for r in rows if r["variant"] == norm]
+        ax.plot([r["micro_batch"] * shift for r in own], [r["top1"] for r in own], ".",
+                alpha=0.4, color=handle[0].get_color())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({m for _, m in summary}))
+    ax.get_xaxis().set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
+    first = rows[0]
+    ax.set_xlabel(f"micro-batch (gradients accumulated to {first['global_batch']})")
+    ax.set_ylabel("test top-1 (mean, 95% t interval)")
+    ax.set_title(f"Norms against micro-batch on Fashion-MNIST ({first['epochs']} epochs x "
+                 f"{first['updates_per_epoch']} updates, {first['resolution']}px) — "
+                 f"{first.get('note', '')}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return charts._save(plt, fig, path, first["machine"])
+
+
+# ---------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from benchmarks.bench_microbatch import NORMS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="experiment", required=True)
+    timed = commands.add_parser("time", help="(a) test top-1 against training seconds")
+    timed.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
+    timed.add_argument("--epochs", type=int, default=1)
+    timed.add_argument("--updates-per-epoch", type=int, default=100,
+                       help="updates of the flagfile's global batch (64) per epoch; "
+                            "0 = one pass over the 55,000 training images")
+    timed.add_argument("--finetune-epochs", type=int, default=1)
+    timed.add_argument("--warmup-epochs", type=float, default=0.5)
+    mb = commands.add_parser("microbatch", help="(b) BN, GN, LN, LN+PN at micro-batch 2 and 32")
+    mb.add_argument("--norms", nargs="+", default=list(NORMS), choices=list(NORMS))
+    mb.add_argument("--micro-batches", nargs="+", type=int, default=[2, 32])
+    mb.add_argument("--global-batch", type=int, default=32)
+    mb.add_argument("--resolution", type=int, default=32)
+    mb.add_argument("--epochs", type=int, default=1)
+    mb.add_argument("--updates-per-epoch", type=int, default=100,
+                    help="updates of --global-batch; 0 = one pass over the training split")
+    mb.add_argument("--warmup-epochs", type=float, default=0.2)
+    mb.add_argument("--bn-batches", type=int, default=64,
+                    help="training micro-batches BatchNorm's statistics are re-estimated on")
+    for sub in (timed, mb):
+        sub.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+        sub.add_argument("--eval-steps", type=int, default=0,
+                         help="test batches (of 64, or of --global-batch); 0 = all 10,000 "
+                              "test images")
+        sub.add_argument("--note", default="",
+                         help="written into every row and the chart title (e.g. a reduced pass)")
+        sub.add_argument("--report-only", action="store_true",
+                         help="train nothing: summarize and chart the rows already written")
+        sub.add_argument("--output-dir", default=None,
+                         help="default $KE_BENCH_RESULTS or benchmarks/results")
+    return parser
+
+
+def check_args(parser, args) -> None:
+    if args.epochs < 1 or args.updates_per_epoch < 0 or len(set(args.seeds)) != len(args.seeds):
+        parser.error("--epochs must be >= 1, --updates-per-epoch >= 0 and --seeds distinct")
+    if args.experiment == "microbatch":
+        bad = [m for m in args.micro_batches if m < 1 or args.global_batch % m]
+        if bad:
+            parser.error(f"--micro-batches {bad}: each must divide --global-batch="
+                         f"{args.global_batch}")
+    else:
+        missing = [RECIPES[label] for label in args.recipes
+                   if not (FLAGS_DIR / RECIPES[label]).exists()]
+        if missing:
+            parser.error(f"recipe flagfiles missing from {FLAGS_DIR}: {missing}")
+
+
+def main(argv=None) -> dict:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    started = time.perf_counter()
+    if args.experiment == "time":
+        path = results_dir(args.output_dir) / "fashion_time.jsonl"
+        if not args.report_only:
+            run_time(args)
+        summary = report_time(path, time_schedule(args))
+    else:
+        path = results_dir(args.output_dir) / "fashion_microbatch.jsonl"
+        if not args.report_only:
+            run_microbatch(args)
+        summary = report_microbatch(path, microbatch_schedule(args))
+    print(f"{time.perf_counter() - started:.0f} s in all; rows in {path}", flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""benchmarks/bench_fashion.py: its Student-t intervals against SciPy and closed forms, the row
+format, and resuming (rows already written are skipped). Training is replaced by stand-ins that
+return fixed results, so nothing here trains or times anything."""
+
+import json
+import math
+
+import pytest
+from scipy import stats
+
+from benchmarks import bench_fashion, common
+
+pytestmark = pytest.mark.tf_only
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 9, 29, 100])
+@pytest.mark.parametrize("p", [0.975, 0.995, 0.9, 0.6])
+def test_t_quantile_matches_scipy(df, p):
+    assert bench_fashion.t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-6)
+    assert bench_fashion.t_quantile(1 - p, df) == pytest.approx(stats.t.ppf(1 - p, df),
+                                                                rel=1e-6)
+
+
+def test_t_quantile_closed_forms():
+    # df = 1 is Cauchy: tan(pi (p - 1/2)); df = 2: (2p - 1) sqrt(2 / (4 p (1 - p))).
+    assert bench_fashion.t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.475),
+                                                               rel=1e-6)
+    p = 0.975
+    assert bench_fashion.t_quantile(p, 2) == pytest.approx(
+        (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p))), rel=1e-6)
+    assert bench_fashion.t_cdf(0.0, 7) == 0.5
+
+
+def test_mean_interval_matches_scipy_t_interval():
+    values = [0.8812, 0.8790, 0.8861, 0.8733]
+    result = bench_fashion.mean_interval(values)
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=sum(values) / len(values),
+                                 scale=stats.sem(values))
+    assert result["n"] == 4
+    assert result["mean"] == pytest.approx((low + high) / 2)
+    assert result["half_width"] == pytest.approx((high - low) / 2, rel=1e-6)
+    one = bench_fashion.mean_interval([0.9])
+    assert one["half_width"] is None and one["mean"] == 0.9
+    with pytest.raises(ValueError):
+        bench_fashion.mean_interval([])
+
+
+def test_paired_difference_uses_common_seeds_and_says_whether_zero_is_excluded():
+    a = {0: 0.90, 1: 0.91, 2: 0.92, 3: 0.5}
+    b = {0: 0.88, 1: 0.89, 2: 0.905}
+    diff = bench_fashion.paired_difference(a, b)
+    assert diff["seeds"] == [0, 1, 2]
+    expected = bench_fashion.mean_interval([0.02, 0.02, 0.015])
+    assert diff["mean"] == pytest.approx(expected["mean"])
+    assert diff["half_width"] == pytest.approx(expected["half_width"])
+    assert diff["separated"]  # all three differences are positive and close
+    noisy = bench_fashion.paired_difference({0: 0.9, 1: 0.8}, {0: 0.85, 1: 0.86})
+    assert not noisy["separated"]
+    assert bench_fashion.paired_difference({0: 0.9}, {1: 0.9}) is None
+
+
+def fake_recipe_result(config):
+    # A deterministic stand-in per recipe and seed: no training.
+    offset = {"efficientnet-tiny-g1-bn": 0.0, "efficientnet-tiny-g16-gn": 0.01,
+              "efficientnet-tiny-g16-lnpn": 0.02}[config.model]
+    return {"top1": 0.85 + offset + 0.001 * config.seed, "top5": 0.99,
+            "images_per_second": 100.0 + 100 * offset * 100, "finetune_images_per_second": None,
+            "train_seconds": 10.0 + config.seed, "finetune_seconds": 1.0,
+            "updates_per_epoch": config.updates_per_epoch}
+
+
+def time_args(tmp_path, *extra):
+    return ["time", "--epochs", "1", "--updates-per-epoch", "3", "--eval-steps", "1",
+            "--note", "test", "--output-dir", str(tmp_path), *extra]
+
+
+def test_time_rows_are_appended_per_run_and_skipped_on_restart(tmp_path, monkeypatch):
+    calls = []
+
+    def stand_in(config):
+        calls.append((config.model, config.seed))
+        return fake_recipe_result(config)
+
+    monkeypatch.setattr(bench_fashion, "train_recipe", stand_in)
+    path = tmp_path / "fashion_time.jsonl"
+    bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
+    assert len(calls) == 3
+    first = path.read_text()
+    # Restarted with one more seed: seed 0's three rows are kept and not run again.
+    summary = bench_fashion.main(time_args(tmp_path, "--seeds", "0", "1"))
+    assert calls[3:] == [("efficientnet-tiny-g1-bn", 1), ("efficientnet-tiny-g16-gn", 1),
+                         ("efficientnet-tiny-g16-lnpn", 1)]
+    assert path.read_text().startswith(first)
+    rows = common.read_rows(path)
+    assert len(rows) == 6
+    assert summary[bench_fashion.BASELINE]["seeds"] == [0, 1]
+    # A different schedule is a different run: it trains again, and the summary keeps apart.
+    summary = bench_fashion.main(time_args(tmp_path, "--seeds", "0", "--finetune-epochs", "2"))
+    assert len(calls) == 9 and len(common.read_rows(path)) == 9
+    assert summary[bench_fashion.BASELINE]["seeds"] == [0]
+    assert (tmp_path / "fashion_time.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_time_row_format(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_fashion, "train_recipe", fake_recipe_result)
+    bench_fashion.main(time_args(tmp_path, "--seeds", "4"))
+    rows = common.read_rows(tmp_path / "fashion_time.jsonl")
+    for row in rows:
+        common.validate_row(row)
+        assert row["benchmark"] == "fashion_time" and row["seed"] == 4
+        assert row["reference"] == bench_fashion.BASELINE and row["eval_split"] == "test"
+        assert json.loads(row["run_key"]) == {"variant": row["variant"], "micro_batch": None,
+                                              "seed": 4, "schedule": row["schedule"]}
+        assert row["seconds"] == pytest.approx(row["train_seconds"] + row["finetune_seconds"])
+        assert row["train_images"] == 1 * 3 * 64 and row["note"] == "test"
+    by_variant = {row["variant"]: row for row in rows}
+    lnpn = by_variant["G16-LN+PN reduced + fine-tune"]
+    assert (lnpn["resolution"], lnpn["test_resolution"], lnpn["finetune_epochs"]) == (32, 64, 1)
+    assert by_variant[bench_fashion.BASELINE]["resolution"] == 64
+    assert by_variant[bench_fashion.BASELINE]["finetune_epochs"] == 0
+    assert lnpn["ratio_to_reference"] == pytest.approx(300.0 / 100.0)
+    assert lnpn["top1"] == pytest.approx(0.874)
+
+
+def test_a_row_without_its_run_key_is_refused(tmp_path):
+    row = common.make_row("fashion_time", machine={"cpu": "x", "cores": 2}, backend="tensorflow",
+                          variant="v", resolution=32, batch=64, precision="float32",
+                          images_per_second=1.0, reference="v", reference_images_per_second=1.0,
+                          seed=0, top1=0.5, seconds=1.0, schedule={})
+    with pytest.raises(ValueError, match="run_key"):
+        bench_fashion.append_row(tmp_path / "rows.jsonl", row)
+    assert not (tmp_path / "rows.jsonl").exists()
+
+
+def test_microbatch_rows_resume_and_compare_norms(tmp_path, monkeypatch):
+    calls = []
+
+    def stand_in(config, bn_batches, eval_batch):
+        calls.append((config.model, config.micro_batch_size, config.gradient_accumulation,
+                      config.seed, eval_batch))
+        result = {"images_per_second": 50.0 * config.micro_batch_size, "seconds": 5.0,
+                  "top1": 0.8 if config.micro_batch_size > 2 or "bn" not in config.model
+                  else 0.6}
+        if config.model.endswith("-bn"):
+            result["top1_moving_averages"] = 0.1
+        return result
+
+    monkeypatch.setattr(bench_fashion, "train_and_score", stand_in)
+    args = ["microbatch", "--norms", "BN", "LN+PN", "--global-batch", "32",
+            "--updates-per-epoch", "2", "--output-dir", str(tmp_path)]
+    summary = bench_fashion.main(args + ["--seeds", "0", "1"])
+    assert sorted({c[:3] for c in calls}) == [
+        ("efficientnet-tiny-g16-bn", 2, 16), ("efficientnet-tiny-g16-bn", 32, 1),
+        ("efficientnet-tiny-g16-lnpn", 2, 16), ("efficientnet-tiny-g16-lnpn", 32, 1)]
+    assert {c[4] for c in calls} == {32}  # evaluated at the global batch
+    assert len(calls) == 8
+    bench_fashion.main(args + ["--seeds", "0", "1"])
+    assert len(calls) == 8  # everything was there
+    rows = common.read_rows(tmp_path / "fashion_microbatch.jsonl")
+    assert len(rows) == 8
+    for row in rows:
+        common.validate_row(row)
+        assert row["reference"] == "BN micro-batch 32"
+        assert row["learning_rate"] == pytest.approx(rows[0]["learning_rate"])
+        assert ("top1_moving_averages" in row) == (row["variant"] == "BN")
+    assert summary[("BN", 2)]["top1"]["mean"] == pytest.approx(0.6)
+    assert summary[("LN+PN", 2)]["top1"]["half_width"] == pytest.approx(0.0)
+    assert (tmp_path / "fashion_microbatch.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_bad_arguments_are_one_line_errors(capsys):
+    with pytest.raises(SystemExit):
+        bench_fashion.main(["microbatch", "--micro-batches", "3", "--global-batch", "32"])
+    assert "--micro-batches [3]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_fashion.main(["time", "--seeds", "0", "0"])
+    assert "--seeds distinct" in capsys.readouterr().err
