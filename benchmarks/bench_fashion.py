@@ -37,7 +37,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks.common import machine, make_row, read_rows, results_dir, validate_row
+from benchmarks.charts import read_rows
+from benchmarks.common import machine, make_row, results_dir, validate_row
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
@@ -194,7 +195,7 @@ def recipe_config(label: str, seed: int, args, model_dir: Path):
     return config.replace(**changes)
 
 
-def train_recipe(config) -> dict:
+def train_recipe(config, bn_batches: int) -> dict:
     """Trains (and fine-tunes) `config`; seconds exclude the final test evaluation."""
     import keras
 
@@ -223,18 +224,39 @@ def train_recipe(config) -> dict:
         data = trainer.build_datasets(config, test_res, training=False, split=config.eval_split,
                                       repeat=False, num_classes=num_classes)
         steps = config.eval_steps or -(-test_examples // config.plan.examples_per_forward_pass)
-        result = trainer.evaluate(model, data, steps)
-    return {"top1": result["top1"], "top5": result["top5"],
-            "images_per_second": trained["images_per_second"],
+        result, bn_seconds = evaluate_recipe(config, model, data, steps, num_classes, bn_batches)
+    return {**result, "images_per_second": trained["images_per_second"],
             "finetune_images_per_second": finetune_ips,
-            "train_seconds": train_seconds, "finetune_seconds": finetune_seconds,
-            "updates_per_epoch": trained["updates_per_epoch"]}
+            "train_seconds": train_seconds + bn_seconds, "finetune_seconds": finetune_seconds,
+            "bn_seconds": bn_seconds, "updates_per_epoch": trained["updates_per_epoch"]}
+
+
+def evaluate_recipe(config, model, data, steps: int, num_classes: int,
+                    bn_batches: int) -> tuple[dict, float]:
+    """Test top-1 and top-5 of `model`; a BatchNorm model is first scored with its moving
+    averages, then with its statistics re-estimated on `bn_batches` training micro-batches
+    (bench_microbatch's precise BN: after a short schedule the moving averages, momentum 0.99,
+    still hold their initial values). Returns the result and the re-estimation's seconds, which
+    count as training time."""
+    from benchmarks.bench_microbatch import batch_norm_layers, reestimate_batch_norm
+    from keras_efficientnet.training import trainer
+
+    if not (batch_norm_layers(model) and bn_batches):
+        return trainer.evaluate(model, data, steps), 0.0
+    moving = trainer.evaluate(model, data, steps)["top1"]
+    started = time.perf_counter()
+    train_data = trainer.build_datasets(config, config.train_resolution, training=True,
+                                        split=config.train_split, repeat=True,
+                                        num_classes=num_classes)
+    reestimate_batch_norm(model, train_data, bn_batches)
+    seconds = time.perf_counter() - started
+    return {**trainer.evaluate(model, data, steps), "top1_moving_averages": moving}, seconds
 
 
 def time_schedule(args) -> dict:
     return {"epochs": args.epochs, "updates_per_epoch": args.updates_per_epoch,
             "finetune_epochs": args.finetune_epochs, "warmup_epochs": args.warmup_epochs,
-            "eval_steps": args.eval_steps}
+            "eval_steps": args.eval_steps, "bn_batches": args.bn_batches}
 
 
 def time_row(label: str, seed: int, config, result: dict, schedule: dict, path: Path,
@@ -262,7 +284,11 @@ def time_row(label: str, seed: int, config, result: dict, schedule: dict, path: 
         finetune_seconds=round(result["finetune_seconds"], 2),
         seconds=round(result["train_seconds"] + result["finetune_seconds"], 2),
         eval_split=config.eval_split, top1=round(result["top1"], 4),
-        top5=round(result["top5"], 4))
+        top5=round(result["top5"], 4),
+        **({"top1_moving_averages": round(result["top1_moving_averages"], 4),
+            "bn_seconds": round(result["bn_seconds"], 2),
+            "bn_statistics": f"re-estimated on {schedule['bn_batches']} training micro-batches"}
+           if "top1_moving_averages" in result else {}))
 
 
 def run_time(args) -> Path:
@@ -277,7 +303,7 @@ def run_time(args) -> Path:
                     print(f"  seed {seed} {label}: already in {path.name}, skipped", flush=True)
                     continue
                 config = recipe_config(label, seed, args, scratch / f"{seed}-{len(done)}")
-                result = train_recipe(config)
+                result = train_recipe(config, args.bn_batches)
                 row = time_row(label, seed, config, result, schedule, path,
                                machine(), args.note)
                 append_row(path, row)
@@ -558,6 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "0 = one pass over the 55,000 training images")
     timed.add_argument("--finetune-epochs", type=int, default=1)
     timed.add_argument("--warmup-epochs", type=float, default=0.5)
+    timed.add_argument("--bn-batches", type=int, default=64,
+                       help="G1-BN: training micro-batches its statistics are re-estimated on "
+                            "(timed as training); 0 = its moving averages")
     mb = commands.add_parser("microbatch", help="(b) BN, GN, LN, LN+PN at micro-batch 2 and 32")
     mb.add_argument("--norms", nargs="+", default=list(NORMS), choices=list(NORMS))
     mb.add_argument("--micro-batches", nargs="+", type=int, default=[2, 32])

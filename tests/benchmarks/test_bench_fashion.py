@@ -8,7 +8,7 @@ import math
 import pytest
 from scipy import stats
 
-from benchmarks import bench_fashion, common
+from benchmarks import bench_fashion, charts, common
 
 pytestmark = pytest.mark.tf_only
 
@@ -61,14 +61,18 @@ def test_paired_difference_uses_common_seeds_and_says_whether_zero_is_excluded()
     assert bench_fashion.paired_difference({0: 0.9}, {1: 0.9}) is None
 
 
-def fake_recipe_result(config):
+def fake_recipe_result(config, bn_batches=64):
     # A deterministic stand-in per recipe and seed: no training.
     offset = {"efficientnet-tiny-g1-bn": 0.0, "efficientnet-tiny-g16-gn": 0.01,
               "efficientnet-tiny-g16-lnpn": 0.02}[config.model]
-    return {"top1": 0.85 + offset + 0.001 * config.seed, "top5": 0.99,
-            "images_per_second": 100.0 + 100 * offset * 100, "finetune_images_per_second": None,
-            "train_seconds": 10.0 + config.seed, "finetune_seconds": 1.0,
-            "updates_per_epoch": config.updates_per_epoch}
+    result = {"top1": 0.85 + offset + 0.001 * config.seed, "top5": 0.99,
+              "images_per_second": 100.0 + 100 * offset * 100,
+              "finetune_images_per_second": None, "train_seconds": 10.0 + config.seed,
+              "finetune_seconds": 1.0, "bn_seconds": 0.0,
+              "updates_per_epoch": config.updates_per_epoch}
+    if config.model.endswith("-bn"):
+        result.update(top1_moving_averages=0.1, bn_seconds=0.5)
+    return result
 
 
 def time_args(tmp_path, *extra):
@@ -79,7 +83,7 @@ def time_args(tmp_path, *extra):
 def test_time_rows_are_appended_per_run_and_skipped_on_restart(tmp_path, monkeypatch):
     calls = []
 
-    def stand_in(config):
+    def stand_in(config, bn_batches):
         calls.append((config.model, config.seed))
         return fake_recipe_result(config)
 
@@ -93,12 +97,12 @@ def test_time_rows_are_appended_per_run_and_skipped_on_restart(tmp_path, monkeyp
     assert calls[3:] == [("efficientnet-tiny-g1-bn", 1), ("efficientnet-tiny-g16-gn", 1),
                          ("efficientnet-tiny-g16-lnpn", 1)]
     assert path.read_text().startswith(first)
-    rows = common.read_rows(path)
+    rows = charts.read_rows(path)
     assert len(rows) == 6
     assert summary[bench_fashion.BASELINE]["seeds"] == [0, 1]
     # A different schedule is a different run: it trains again, and the summary keeps apart.
     summary = bench_fashion.main(time_args(tmp_path, "--seeds", "0", "--finetune-epochs", "2"))
-    assert len(calls) == 9 and len(common.read_rows(path)) == 9
+    assert len(calls) == 9 and len(charts.read_rows(path)) == 9
     assert summary[bench_fashion.BASELINE]["seeds"] == [0]
     assert (tmp_path / "fashion_time.png").read_bytes()[:8] == PNG_MAGIC
 
@@ -106,7 +110,7 @@ def test_time_rows_are_appended_per_run_and_skipped_on_restart(tmp_path, monkeyp
 def test_time_row_format(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_fashion, "train_recipe", fake_recipe_result)
     bench_fashion.main(time_args(tmp_path, "--seeds", "4"))
-    rows = common.read_rows(tmp_path / "fashion_time.jsonl")
+    rows = charts.read_rows(tmp_path / "fashion_time.jsonl")
     for row in rows:
         common.validate_row(row)
         assert row["benchmark"] == "fashion_time" and row["seed"] == 4
@@ -119,7 +123,11 @@ def test_time_row_format(tmp_path, monkeypatch):
     lnpn = by_variant["G16-LN+PN reduced + fine-tune"]
     assert (lnpn["resolution"], lnpn["test_resolution"], lnpn["finetune_epochs"]) == (32, 64, 1)
     assert by_variant[bench_fashion.BASELINE]["resolution"] == 64
-    assert by_variant[bench_fashion.BASELINE]["finetune_epochs"] == 0
+    baseline = by_variant[bench_fashion.BASELINE]
+    assert baseline["finetune_epochs"] == 0
+    assert (baseline["top1_moving_averages"], baseline["bn_seconds"]) == (0.1, 0.5)
+    assert baseline["bn_statistics"] == "re-estimated on 64 training micro-batches"
+    assert "top1_moving_averages" not in lnpn
     assert lnpn["ratio_to_reference"] == pytest.approx(300.0 / 100.0)
     assert lnpn["top1"] == pytest.approx(0.874)
 
@@ -158,7 +166,7 @@ def test_microbatch_rows_resume_and_compare_norms(tmp_path, monkeypatch):
     assert len(calls) == 8
     bench_fashion.main(args + ["--seeds", "0", "1"])
     assert len(calls) == 8  # everything was there
-    rows = common.read_rows(tmp_path / "fashion_microbatch.jsonl")
+    rows = charts.read_rows(tmp_path / "fashion_microbatch.jsonl")
     assert len(rows) == 8
     for row in rows:
         common.validate_row(row)
