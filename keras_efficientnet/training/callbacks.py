@@ -235,9 +235,12 @@ class Checkpointer(_StepCallback):
                  state: dict, steps_per_epoch: int, *, initial_epoch: int = 0,
                  initial_batch: int = 0, history=(), every_steps: int = 0,
                  every_minutes: float = 0.0, watch=None, health: DivergenceGuard | None = None,
-                 metrics: list | None = None, directory=None):
+                 metrics: list | None = None, directory=None, validation=None):
         super().__init__(steps_per_epoch, initial_epoch, initial_batch)
         self.manager = manager
+        # Called at an epoch's end with (epoch, model, average): the `val_*` logs it returns
+        # join the epoch's logs before they are recorded (training/validation.py).
+        self.validation = validation
         self.directory = directory
         self.average = average
         self.state = state
@@ -308,6 +311,8 @@ class Checkpointer(_StepCallback):
     def on_epoch_end(self, epoch, logs=None):
         if self.average is not None:
             self.average.update(self.model)
+        if self.validation is not None and logs is not None:
+            logs.update(self.validation(epoch, self.model, self.average))
         self.history.append({k: float(v) for k, v in (logs or {}).items()})
         path = self._save(epoch + 1, 0, metrics=False)
         self._stop_if_asked(path, (epoch + 1) * self.steps_per_epoch, epoch + 1, 0)

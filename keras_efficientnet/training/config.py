@@ -150,6 +150,10 @@ class TrainConfig:
     steps_per_epoch: int = _f(0, "Deprecated: the old name of --updates_per_epoch (the same "
                                  "unit, optimizer updates); removed in the next release.")
     eval_steps: int = _f(0, "Evaluation batches; 0 = the whole split.")
+    eval_every: int = _f(1, "Validate on --eval_split every N training epochs with the weights "
+                            "the run would ship (weight average or EMA where the recipe uses "
+                            "one): val top-1/top-5/loss in the epoch line, TensorBoard, "
+                            "metrics.csv and results.json; 0 = only at the end.")
     finetune_epochs: int = _f(2, "Fine-tune epochs at the test resolution.")
     finetune_batch_size: int = _f(0, "Examples per fine-tune update; 0 = the training global "
                                      "batch. Micro-batch and replicas stay: a multiple of "
@@ -264,7 +268,7 @@ def validate(config: TrainConfig) -> None:
     for name in positive:
         if getattr(config, name) < 1:
             raise ValueError(f"--{name} must be >= 1, received {getattr(config, name)}")
-    non_negative = ("epochs", "finetune_epochs", "updates_per_epoch", "eval_steps",
+    non_negative = ("epochs", "finetune_epochs", "updates_per_epoch", "eval_steps", "eval_every",
                     "train_resolution", "test_resolution", "warmup_epochs", "weight_decay",
                     "learning_rate", "finetune_learning_rate", "mixup_alpha", "host_threads",
                     "finetune_batch_size", "finetune_warmup_epochs", "checkpoint_steps",

@@ -48,6 +48,7 @@ from keras_efficientnet.training.finetune import (
 )
 from keras_efficientnet.training.optimizer_state import SlotAverage, read_slots
 from keras_efficientnet.training.preemption import SignalWatch
+from keras_efficientnet.training.reporting import METRICS_FILE, MetricsCSV
 from keras_efficientnet.training.results import write_results
 from keras_efficientnet.training.resume import (
     build_metrics,
@@ -58,6 +59,7 @@ from keras_efficientnet.training.resume import (
 from keras_efficientnet.training.run_config import write_run_config
 from keras_efficientnet.training.runtime import OneDevice
 from keras_efficientnet.training.session import RunSession
+from keras_efficientnet.training.validation import Validation
 from keras_efficientnet.training.warm_start import warm_start
 
 log = logging.getLogger("keras_efficientnet")
@@ -232,11 +234,13 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
                if config.weight_average_decay > 0 else None)
     throughput = Throughput(plan.examples_per_step_call, plan.step_calls_per_execution)
     with contextlib.nullcontext(watch) if watch is not None else SignalWatch() as watch:
+        validation = (Validation(config, num_classes, config.eval_steps or None, skip_counter)
+                      if config.eval_every and runtime.is_chief else None)
         guards, checkpointer = _train_callbacks(
             config, runtime, manager, state, step_calls=step_calls, num_classes=num_classes,
-            watch=watch, average=average)
+            watch=watch, average=average, validation=validation)
         callbacks = [throughput, *guards, checkpointer, *_tensorboard(config, runtime),
-                     *(extra_callbacks or [])]
+                     *_metrics_csv(config, runtime), *(extra_callbacks or [])]
 
         # The runtime skips the batches already seen (the pipeline is seeded, so a resumed run
         # sees exactly what the uninterrupted one would) and shards the input where it has to.
@@ -278,8 +282,8 @@ def _model_to_train(config: TrainConfig, runtime, resolution: int, num_classes: 
 
 
 def _train_callbacks(config: TrainConfig, runtime, manager: CheckpointManager, state: dict,
-                     *, step_calls: int, num_classes: int, watch,
-                     average) -> tuple[list, Checkpointer]:
+                     *, step_calls: int, num_classes: int, watch, average,
+                     validation=None) -> tuple[list, Checkpointer]:
     """The loss guards (NaN, divergence) and the checkpointer, which runs after them so that a
     bad step is never saved as good."""
     start = dict(initial_epoch=state.get("epoch", 0), initial_batch=state.get("batch", 0))
@@ -292,7 +296,8 @@ def _train_callbacks(config: TrainConfig, runtime, manager: CheckpointManager, s
         {"config": config.to_dict(), "num_classes": num_classes}, step_calls,
         history=state.get("history", []), every_steps=config.checkpoint_steps,
         every_minutes=config.checkpoint_minutes, watch=watch, health=health,
-        metrics=state.get("metrics"), directory=manager.directory, **start)
+        metrics=state.get("metrics"), directory=manager.directory, validation=validation,
+        **start)
     guard = NonFiniteLossGuard(step_calls, checkpoints=manager, **start)
     return [guard, *([health] if health else [])], checkpointer
 
@@ -303,6 +308,13 @@ def _tensorboard(config: TrainConfig, runtime) -> list:
         return []
     return [keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
                                         update_freq="epoch")]
+
+
+def _metrics_csv(config: TrainConfig, runtime) -> list:
+    """metrics.csv on the chief: one row per epoch (training/reporting.py)."""
+    if not runtime.is_chief:
+        return []
+    return [MetricsCSV(Path(config.model_dir) / METRICS_FILE)]
 
 
 def _fit_epochs(runtime, model: keras.Model, make_dataset, *, epochs: int, step_calls: int,

@@ -1,0 +1,78 @@
+"""Validation while training: every `--eval_every` epochs the held-out split is scored with the
+weights the run would ship at that point (the weight average, else the optimizer's EMA, else
+the latest weights), at the test resolution, bounded by `--eval_steps`.
+
+`Validation` is called by the checkpointer at an epoch's end, after it updates the weight
+average and before it records the epoch, so `val_top1`, `val_top5` and `val_loss` reach the
+epoch line, the history in checkpoints and results.json, TensorBoard's `validation` run (Keras
+writes `val_*` logs there) and metrics.csv.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import keras
+import numpy as np
+
+log = logging.getLogger("keras_efficientnet")
+
+
+def shipping_weights(model: keras.Model, average) -> tuple[list, str]:
+    """The weights the run would ship now, and which they are."""
+    if average is not None and average.values is not None:
+        return average.weights_like(model), "the weight average"
+    optimizer = getattr(model, "optimizer", None)
+    moving = getattr(optimizer, "_model_variables_moving_average", None)
+    if getattr(optimizer, "use_ema", False) and moving:
+        ema = {v.path: m for v, m in zip(optimizer._trainable_variables, moving)}
+        return [keras.ops.convert_to_numpy(ema.get(v.path, v)) for v in model.weights], "EMA"
+    return model.get_weights(), "the latest weights"
+
+
+class Validation:
+    """Scores the held-out split every `every` epochs (a one-device copy of the model at the
+    test resolution, built once); returns the `val_*` logs of the epoch, empty when not due."""
+
+    def __init__(self, config, num_classes: int, steps: int, skip_counter=None):
+        self.config, self.num_classes, self.steps = config, num_classes, steps
+        self.every = config.eval_every
+        self.skip_counter = skip_counter
+        self._copy = self._data = None
+        self._said = False
+
+    def due(self, epoch: int) -> bool:
+        return self.every > 0 and (epoch + 1) % self.every == 0
+
+    def _build(self):
+        from keras_efficientnet.training.builders import (
+            build_datasets,
+            build_model,
+            compile_model,
+            resolutions,
+        )
+
+        config, resolution = self.config, resolutions(self.config)[1]
+        self._copy = build_model(config, resolution, self.num_classes)
+        compile_model(self._copy, "sgd", config, self.num_classes)
+        self._data = build_datasets(config, resolution, training=False,
+                                    split=config.eval_split, repeat=False,
+                                    num_classes=self.num_classes,
+                                    skip_counter=self.skip_counter)
+
+    def __call__(self, epoch: int, model: keras.Model, average) -> dict:
+        if not self.due(epoch):
+            return {}
+        from keras_efficientnet.training.builders import evaluate, reporting_data_errors
+
+        if self._copy is None:
+            self._build()
+        weights, which = shipping_weights(model, average)
+        if not self._said:
+            log.info("validation every %d epoch(s) on %s with %s", self.every,
+                     self.config.eval_split, which)
+            self._said = True
+        self._copy.set_weights([np.asarray(w) for w in weights])
+        with reporting_data_errors(self.skip_counter):
+            scores = evaluate(self._copy, self._data, self.steps)
+        return {f"val_{name}": value for name, value in scores.items()}

@@ -1,0 +1,71 @@
+"""Validation while training: every --eval_every epochs the held-out split is scored with the
+weights the run would ship (the weight average here); the figures reach the epoch line,
+metrics.csv, results.json's history and TensorBoard's validation run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from absl import flags
+
+from keras_efficientnet import train as cli
+from keras_efficientnet.training import TrainConfig
+from keras_efficientnet.training.builders import (
+    build_datasets,
+    build_model,
+    compile_model,
+    evaluate,
+)
+from keras_efficientnet.training.checkpoint import CheckpointManager
+from keras_efficientnet.training.optimizer_state import SlotAverage
+from keras_efficientnet.training.reporting import read_metrics
+from tests.reliability.clitools import REPO
+
+pytestmark = pytest.mark.tf_only
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """3 epochs of the smoke recipe, validated after epochs 2 only (--eval_every=2)."""
+    run_dir = tmp_path_factory.mktemp("validation") / "run"
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["train", f"--flagfile={REPO / 'flags' / 'smoke.flags'}", "--mode=train",
+                 "--epochs=3", "--eval_every=2", f"--model_dir={run_dir}", "--verbose=2",
+                 "--keep_checkpoints=5"])
+    try:
+        assert cli.main(["train"]) == 0
+    finally:
+        flags.FLAGS.unparse_flags()
+    return run_dir
+
+
+def test_metrics_csv_history_and_tensorboard(run):
+    rows = read_metrics(run / "metrics.csv")
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+    assert rows[0]["val_top1"] is None and rows[2]["val_top1"] is None
+    assert 0 <= rows[1]["val_top1"] <= rows[1]["val_top5"] <= 1 and rows[1]["val_loss"] > 0
+    assert all(row["loss"] > 0 and row["learning_rate"] > 0 for row in rows)
+    history = json.loads((run / "results.json").read_text())["history"]
+    assert [("val_top1" in epoch) for epoch in history] == [False, True, False]
+    assert history[1]["val_top1"] == pytest.approx(rows[1]["val_top1"], abs=1e-9)
+    assert history[1]["loss"] == pytest.approx(rows[1]["loss"], abs=1e-6)
+    assert list((run / "logs" / "validation").glob("events.out.tfevents.*"))
+
+
+def test_validation_scores_the_weight_average_after_that_epoch(run):
+    # Independent reference: the epoch-2 checkpoint's weight average, scored on its own.
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="digits",
+                         test_resolution=64, micro_batch_size=16, eval_steps=2)
+    model = build_model(config, 64, 10)
+    state = CheckpointManager.restore(run / "checkpoints" / "epoch-0002", model)
+    model.set_weights(SlotAverage(0.0, state["average"]).weights_like(model))
+    compile_model(model, "sgd", config, 10)
+    data = build_datasets(config, 64, training=False, split="validation", repeat=False,
+                          num_classes=10)
+    expected = evaluate(model, data, 2)
+    row = read_metrics(run / "metrics.csv")[1]
+    assert row["val_top1"] == pytest.approx(expected["top1"], abs=1e-6)
+    assert row["val_loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    assert np.isfinite(row["val_top5"])
