@@ -12,8 +12,6 @@ import functools
 from importlib import resources
 from typing import NamedTuple
 
-import numpy as np
-
 NUM_CLASSES = 1000
 
 
@@ -48,6 +46,11 @@ def decode_predictions(predictions, top: int = 5) -> list[list[tuple[str, str, f
         >>> decode_predictions(np.eye(1000)[[1]], top=1)
         [[('n01443537', 'goldfish', 1.0)]]
     """
+    # NumPy is imported here, not at the top: `keras_efficientnet.models` is imported by the
+    # command lines before TensorFlow, and NumPy's BLAS starts threads that do not block
+    # SIGTERM (distribute/watchdog.py needs every early thread to block it).
+    import numpy as np
+
     predictions = np.asarray(predictions)
     if predictions.ndim != 2 or predictions.shape[1] != NUM_CLASSES:
         raise ValueError("decode_predictions expects ImageNet predictions of shape "
