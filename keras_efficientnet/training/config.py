@@ -22,7 +22,7 @@ from keras_efficientnet.training.plan import (
 MODES = ("train", "evaluate", "finetune", "train_and_finetune")
 OPTIMIZERS = ("rmsprop", "lars", "sgd")
 DECAYS = ("exponential", "cosine", "polynomial", "constant")
-EVALUATE_WEIGHTS = ("final", "average", "latest")
+EVALUATE_WEIGHTS = ("final", "best", "average", "latest")
 
 
 def _f(default, help: str, choices=None):
@@ -169,7 +169,8 @@ class TrainConfig:
                                   "evaluate; empty = model_dir's latest.")
     evaluate_weights: str = _f(
         "final", "--mode=evaluate --model_dir=RUN scores: final = RUN/model.keras (what the "
-                 "run shipped; the checkpoints when the run wrote none), average = the latest "
+                 "run shipped; the checkpoints when the run wrote none), best = "
+                 "RUN/best.keras (the best validation top-1), average = the latest "
                  "checkpoint's weight average, latest = its raw weights. The run's "
                  "config.json supplies the model, data and resolution flags.",
         EVALUATE_WEIGHTS)

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from keras_efficientnet.training.export import MODEL_FILE
+from keras_efficientnet.training.validation import BEST_MODEL_FILE
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -24,12 +25,19 @@ def load_model_file(model, path: Path, config) -> None:
 def load_evaluated_weights(config, model) -> str:
     """Loads into `model` what --mode=evaluate scores and returns which file that was:
     --init_checkpoint if given, else by --evaluate_weights: `final` the run's model.keras
-    (without one, the checkpoints' weight average), `average` the latest checkpoint's weight
-    average, `latest` its raw weights."""
+    (without one, the checkpoints' weight average), `best` its best.keras, `average` the
+    latest checkpoint's weight average, `latest` its raw weights."""
     from keras_efficientnet.training.resume import load_weights_for
 
     if config.init_checkpoint:
         return load_weights_for(config, model)
+    if config.evaluate_weights == "best":
+        path = Path(config.model_dir) / BEST_MODEL_FILE
+        if not path.is_file():
+            raise ValueError(f"--evaluate_weights=best: no {path} (the run validated nothing: "
+                             "--eval_every=0, or it stopped before its first validation)")
+        load_model_file(model, path, config)
+        return str(path)
     if config.evaluate_weights == "final":
         path = Path(config.model_dir) / MODEL_FILE
         if path.is_file():

@@ -45,7 +45,7 @@ PREVIOUS = "previous"
 CHECKPOINTS = "checkpoints"
 # What a run writes into its model_dir (glob patterns): a fresh run moves these aside.
 RUN_ENTRIES = (CHECKPOINTS, "logs", "results*.json", "*.weights.h5", "*.keras", "config.json",
-               "metrics.csv", "class_names.json")
+               "metrics.csv", "class_names.json", "best.json")
 # Modes that only read the run directory (and write their own results file): no lock.
 READ_ONLY_MODES = ("evaluate",)
 

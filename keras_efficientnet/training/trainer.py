@@ -145,7 +145,7 @@ class _Run:
                       or read_slots(model.optimizer))
         self.results.update(epochs=config.epochs, train_resolution=trained["resolution"],
                             images_per_second=trained["images_per_second"],
-                            history=trained["history"],
+                            history=trained["history"], best=trained["best"],
                             checkpoint=str(checkpoint) if checkpoint else None)
         average = trained["average"]
         if average is None or average.values is None:
@@ -254,6 +254,7 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
                         step_calls=step_calls, state=state, watch=watch,
                         callbacks=callbacks, verbose=config.verbose)
     return {"model": model, "average": average, "history": checkpointer.history,
+            "best": validation.best if validation is not None else None,
             "images_per_second": throughput.images_per_second,
             "resolution": train_res, "step_calls_per_epoch": step_calls,
             "updates_per_epoch": updates, "checkpoint": manager.latest()}

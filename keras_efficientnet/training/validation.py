@@ -2,6 +2,7 @@
 weights the run would ship at that point (the weight average, else the optimizer's EMA, else
 the latest weights), at the test resolution, bounded by `--eval_steps`.
 
+The best validated weights are kept as `<model_dir>/best.keras` (record: best.json).
 `Validation` is called by the checkpointer at an epoch's end, after it updates the weight
 average and before it records the epoch, so `val_top1`, `val_top5` and `val_loss` reach the
 epoch line, the history in checkpoints and results.json, TensorBoard's `validation` run (Keras
@@ -10,12 +11,29 @@ writes `val_*` logs there) and metrics.csv.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+from pathlib import Path
 
 import keras
 import numpy as np
 
+from keras_efficientnet.atomic import write_atomically
+
 log = logging.getLogger("keras_efficientnet")
+
+BEST_MODEL_FILE = "best.keras"  # beside model.keras: the best validated weights
+BEST_RECORD_FILE = "best.json"  # which epoch that was, its scores and which weights
+
+
+def read_best(model_dir) -> dict | None:
+    """The best validation so far of the run in `model_dir` (best.json), or None."""
+    path = Path(model_dir) / BEST_RECORD_FILE
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None  # rewritten at the next improvement
 
 
 def shipping_weights(model: keras.Model, average) -> tuple[list, str]:
@@ -40,6 +58,9 @@ class Validation:
         self.skip_counter = skip_counter
         self._copy = self._data = None
         self._said = False
+        # The chief keeps the best validated model (a resumed run continues the record).
+        self.model_dir = Path(config.model_dir)
+        self.best = read_best(self.model_dir)
 
     def due(self, epoch: int) -> bool:
         return self.every > 0 and (epoch + 1) % self.every == 0
@@ -75,4 +96,19 @@ class Validation:
         self._copy.set_weights([np.asarray(w) for w in weights])
         with reporting_data_errors(self.skip_counter):
             scores = evaluate(self._copy, self._data, self.steps)
+        best = -math.inf if self.best is None else self.best["val_top1"]
+        if scores["top1"] > best:
+            self._keep_best(epoch, scores, which)
         return {f"val_{name}": value for name, value in scores.items()}
+
+    def _keep_best(self, epoch: int, scores: dict, which: str) -> None:
+        """Writes best.keras (the copy with a softmax head, as model.keras) and best.json."""
+        from keras_efficientnet.training.export import _save_keras_atomically, inference_model
+
+        path = _save_keras_atomically(inference_model(self._copy),
+                                      self.model_dir / BEST_MODEL_FILE)
+        self.best = {"epoch": epoch + 1, "val_top1": scores["top1"], "val_top5": scores["top5"],
+                     "val_loss": scores["loss"], "weights": which, "file": str(path)}
+        write_atomically(self.model_dir / BEST_RECORD_FILE, json.dumps(self.best, indent=1))
+        log.info("best validation top-1 so far (%.4f, epoch %d): wrote %s", scores["top1"],
+                 epoch + 1, path)

@@ -69,3 +69,22 @@ def test_validation_scores_the_weight_average_after_that_epoch(run):
     assert row["val_top1"] == pytest.approx(expected["top1"], abs=1e-6)
     assert row["val_loss"] == pytest.approx(expected["loss"], rel=1e-5)
     assert np.isfinite(row["val_top5"])
+
+
+def test_the_best_validated_model_is_kept_and_evaluated(run, capsys):
+    # One validation (epoch 2): it is the best so far, kept as best.keras and best.json, and
+    # --evaluate_weights=best scores it to the validation's own figure.
+    best = json.loads((run / "best.json").read_text())
+    row = read_metrics(run / "metrics.csv")[1]
+    assert best["epoch"] == 2 and best["weights"] == "the weight average"
+    assert best["val_top1"] == pytest.approx(row["val_top1"], abs=1e-12)
+    assert json.loads((run / "results.json").read_text())["best"]["epoch"] == 2
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["train", "--mode=evaluate", f"--model_dir={run}", "--evaluate_weights=best"])
+    try:
+        assert cli.main(["train"]) == 0
+    finally:
+        flags.FLAGS.unparse_flags()
+    scored = json.loads((run / "results-evaluate.json").read_text())
+    assert scored["weights"] == str(run / "best.keras")
+    assert scored["top1"] == pytest.approx(row["val_top1"], abs=1e-6)
