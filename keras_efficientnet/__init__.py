@@ -20,8 +20,10 @@ import sys
 __version__ = "0.1.0"
 
 # Modules run with `python -m` and console scripts that check their flags before Keras loads.
-CLI_MODULES = ("keras_efficientnet.train", "keras_efficientnet.predict")
-CLI_SCRIPTS = ("keras-efficientnet-train", "keras-efficientnet-predict")
+CLI_MODULES = ("keras_efficientnet.train", "keras_efficientnet.predict",
+               "keras_efficientnet.evaluate")
+CLI_SCRIPTS = ("keras-efficientnet-train", "keras-efficientnet-predict",
+               "keras-efficientnet-evaluate")
 
 # The package face, one table: public name -> (module, attribute; None: the module itself).
 # Resolved on first use by `__getattr__`; `import_all` binds them all.

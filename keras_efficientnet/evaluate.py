@@ -1,0 +1,112 @@
+"""`keras-efficientnet-evaluate --model=PATH.keras --dataset=SOURCE`: top-1, top-5, loss and
+images/s of a saved model on a held-out split (timm's validate.py for this project).
+
+The split is read as training runs evaluate it (decode, resize the short side to
+`resolution x 256/224`, centre crop, uint8); the model's output is taken as probabilities (what
+every `.keras` a run writes emits); images/s counts the whole `evaluate` call, its first-batch
+tracing included. The flags and paths are checked before TensorFlow loads.
+To score a run directory with its own configuration use
+`keras-efficientnet-train --mode=evaluate --model_dir=RUN`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from keras_efficientnet.predict import BAD_INPUT, BadInput, _Parser, check_model_file
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="keras-efficientnet-evaluate", description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--model", help="a .keras model file (required)")
+    parser.add_argument("--dataset", default="digits", help="digits, fashion_mnist, "
+                        "synthetic, folder:PATH, tfds:NAME or tfrecord:PATTERN")
+    parser.add_argument("--data_dir", default="", help="data directory of the source")
+    parser.add_argument("--split", default="validation", help="the split to score")
+    parser.add_argument("--resolution", type=int, default=0, help="0 = the model's")
+    parser.add_argument("--batch_size", type=int, default=32, help="images per batch")
+    parser.add_argument("--steps", type=int, default=0, help="batches to score; 0 = all")
+    parser.add_argument("--verbosity", type=int, default=0, help="1 shows TensorFlow's "
+                        "start-up lines")
+    return parser
+
+
+def _check(args) -> None:
+    check_model_file(args.model)
+    for name, low in (("batch_size", 1), ("steps", 0), ("resolution", 0)):
+        if getattr(args, name) < low:
+            raise BadInput(f"--{name}={getattr(args, name)}: must be at least {low}")
+    kind, _, where = args.dataset.partition(":")
+    if kind == "folder" and where and "://" not in where and not os.path.isdir(where):
+        raise BadInput(f"--dataset={args.dataset}: folder {where!r} does not exist; expected "
+                       f"{where}/{args.split}/<class>/*.jpg")
+
+
+def score(model, dataset, steps: int | None) -> dict:
+    """top1, top5, loss, images and images/s of `model` (probabilities out) on `dataset`."""
+    import keras
+
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1"),
+                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
+                  jit_compile=False)
+    dataset = dataset.take(steps) if steps else dataset
+    sizes = [int(x.shape[0]) for x, _ in dataset]  # the count, so Keras knows where it ends
+    images = sum(sizes)
+    start = time.perf_counter()
+    results = model.evaluate(dataset, steps=len(sizes), verbose=0, return_dict=True)
+    seconds = time.perf_counter() - start
+    return {"top1": float(results["top1"]), "top5": float(results["top5"]),
+            "loss": float(results["loss"]), "images": images,
+            "images_per_second": images / seconds}
+
+
+def _run(args) -> dict:
+    from keras_efficientnet.cli import quiet
+
+    quiet.import_tensorflow(verbose=args.verbosity > 0)
+    import keras
+
+    import keras_efficientnet
+    from keras_efficientnet import datasets
+
+    keras_efficientnet.import_all()
+    model = keras.models.load_model(args.model)
+    resolution = args.resolution or model.input_shape[1]
+    if resolution is None:
+        raise BadInput(f"{args.model} takes any resolution; give --resolution")
+    data = datasets.make_dataset(datasets.InputOptions(
+        source=args.dataset, split=args.split, image_size=resolution, batch_size=args.batch_size,
+        training=False, augment=False, mix=False, repeat=False,
+        data_dir=args.data_dir or None, num_classes=model.output_shape[-1]))
+    return score(model, data, args.steps or None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv if argv is None else argv
+    try:
+        args = build_parser().parse_args(argv[1:])
+        _check(args)
+        result = _run(args)
+    except (BadInput, ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    print(f"{args.model} on {args.dataset} ({args.split}, {result['images']} images): "
+          f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  loss {result['loss']:.4f}  "
+          f"{result['images_per_second']:.1f} images/s")
+    return 0
+
+
+def run() -> None:
+    """Console-script entry point (`keras-efficientnet-evaluate`)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,77 @@
+"""The standalone evaluate command: a saved model's top-1, top-5 and loss on an image folder,
+against the same figures computed here from its predictions; usage errors before TensorFlow."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import keras_efficientnet as ke
+from keras_efficientnet import evaluate
+from keras_efficientnet.datasets.preprocessing import center_crop
+
+pytestmark = pytest.mark.tf_only
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_scores_a_folder_like_numpy(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    files, labels = [], []
+    for label, name in enumerate(("ant", "bee", "cow")):
+        folder = tmp_path / "photos" / "validation" / name
+        folder.mkdir(parents=True)
+        for i in range(4):
+            image = rng.integers(0, 90, (36, 40, 3), dtype=np.uint8)
+            image[..., label] += 40 * (i + 1)
+            Image.fromarray(image).save(folder / f"{i}.png")
+            files.append(folder / f"{i}.png")
+            labels.append(label)
+    keras.utils.set_random_seed(0)
+    model = ke.EfficientNet("tiny", classes=3, input_shape=(32, 32, 3))
+    for weight in model.weights:
+        if "moving" not in weight.path:
+            weight.assign(weight.numpy() + rng.normal(0, 0.2, weight.shape).astype("float32"))
+    model.save(tmp_path / "m.keras")
+    status = evaluate.main(["evaluate", f"--model={tmp_path / 'm.keras'}",
+                            f"--dataset=folder:{tmp_path / 'photos'}", "--batch_size=5"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    crops = np.stack([center_crop(tf.io.read_file(str(f)), 32).numpy() for f in files])
+    probs = keras.ops.convert_to_numpy(model(crops)).astype("float64")
+    labels = np.array(labels)
+    top1 = np.mean(np.argmax(probs, -1) == labels)
+    loss = np.mean(-np.log(probs[np.arange(len(labels)), labels]))
+    found = re.search(r"\(validation, 12 images\): top-1 ([\d.]+)  top-5 ([\d.]+)  loss ([\d.]+)"
+                      r"  ([\d.]+) images/s", out)
+    assert found, out
+    assert float(found[1]) == pytest.approx(top1, abs=1e-4)
+    assert float(found[2]) == 1.0  # 3 classes: always in the top 5
+    assert float(found[3]) == pytest.approx(loss, abs=1e-4)
+    assert float(found[4]) > 0
+
+
+def test_usage_errors_before_tensorflow(tmp_path):
+    stand_in = tmp_path / "no_tf" / "tensorflow"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("raise ImportError('TensorFlow was imported')\n")
+    env = dict(os.environ, PYTHONPATH=f"{stand_in.parent}{os.pathsep}{REPO}")
+    (tmp_path / "fake.keras").write_text("no zip")
+    for argv, message in (
+            ([], "error: --model is required"),
+            ([f"--model={tmp_path / 'fake.keras'}"], "not a Keras model file"),
+            ([f"--model={tmp_path / 'fake.keras'}", "--steps=-1"], "not a Keras model file"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "keras_efficientnet.evaluate", *argv],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1
+    done = subprocess.run([sys.executable, "-m", "keras_efficientnet.evaluate", "--help"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--dataset" in done.stdout
