@@ -70,10 +70,14 @@ class Validation:
             build_datasets,
             build_model,
             compile_model,
+            dataset_facts,
             resolutions,
         )
 
         config, resolution = self.config, resolutions(self.config)[1]
+        if self.steps is None:  # the whole split, counted (Keras warns at an unknown end)
+            examples = dataset_facts(config)[1]
+            self.steps = -(-examples // config.plan.examples_per_forward_pass)
         self._copy = build_model(config, resolution, self.num_classes)
         compile_model(self._copy, "sgd", config, self.num_classes)
         self._data = build_datasets(config, resolution, training=False,
