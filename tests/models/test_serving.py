@@ -104,7 +104,8 @@ def test_exported_saved_model_serves_the_fused_pass(tmp_path):
     serving.serving_model(model).export(str(tmp_path / "saved"), verbose=False)
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     signature = loaded.signatures["serving_default"]
-    (output,) = signature(images=tf.constant(x)).values()
+    dtype = model.inputs[0].dtype  # the exported signature takes the model's input dtype
+    (output,) = signature(images=tf.constant(x.astype(dtype))).values()
     close_to(output.numpy(), model.predict_on_batch(x))
 
 

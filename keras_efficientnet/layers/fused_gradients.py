@@ -1,0 +1,76 @@
+"""Hand-written gradients for the norms of the batch-independent models (TensorFlow training).
+
+Differentiated op by op, a LayerNorm/GroupNorm and a Proxy Norm swish cost TensorFlow about
+twenty element-wise passes over the feature map in the backward pass (the tape keeps each
+intermediate and reduces every broadcast operand separately); on a CPU they took about 70% of a
+G16-LN+PN training step, against about 20% for the convolutions (benchmarks/README.md). The two
+functions here compute the same values with the closed-form gradients:
+
+- `group_standardize(x, groups, epsilon)`: `(x - mean) / sqrt(var + epsilon)` per sample and
+  group; its input gradient is `r * (dy - mean(dy) - y * mean(dy * y))` (`r = 1 / sigma`,
+  means over the group), from the output `y` alone;
+- `proxy_swish(y, gamma, beta, mean, scale)`: `(swish(gamma * y + beta) - mean) * scale` with
+  the gradients for `y`, `gamma`, `beta` and the per-channel `mean` and `scale` (the proxy's
+  statistics, whose own small gradient the tape takes as before).
+
+Plain `keras.ops`, so they import without TensorFlow; the layers use them on the TensorFlow
+backend only (XLA under JAX fuses the op-by-op gradient itself).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+def enabled() -> bool:
+    """Whether the layers use these gradients: on the TensorFlow backend."""
+    return keras.backend.backend() == "tensorflow"
+
+
+def group_standardize(x, groups: int, epsilon: float):
+    """`x` `[batch, height, width, channels]` standardized per sample and channel group."""
+    shape = ops.shape(x)
+    channels = x.shape[-1]
+    grouped = ops.reshape(x, (shape[0], shape[1], shape[2], groups, channels // groups))
+    return ops.reshape(_standardize(grouped, epsilon), shape)
+
+
+@ops.custom_gradient
+def _standardize_grouped(x, epsilon):
+    axes = (1, 2, 4)
+    mean = ops.mean(x, axis=axes, keepdims=True)
+    centred = x - mean
+    inverse_std = ops.rsqrt(ops.mean(ops.square(centred), axis=axes, keepdims=True) + epsilon)
+    y = centred * inverse_std
+
+    def grad(*args, upstream=None):
+        dy = args[0] if upstream is None else upstream
+        mean_dy = ops.mean(dy, axis=axes, keepdims=True)
+        mean_dy_y = ops.mean(dy * y, axis=axes, keepdims=True)
+        return inverse_std * (dy - mean_dy - y * mean_dy_y), ops.zeros_like(epsilon)
+
+    return y, grad
+
+
+def _standardize(grouped, epsilon: float):
+    return _standardize_grouped(grouped, ops.convert_to_tensor(epsilon, grouped.dtype))
+
+
+@ops.custom_gradient
+def proxy_swish(y, gamma, beta, mean, scale):
+    """`(swish(gamma * y + beta) - mean) * scale`, per channel (the last axis; any rank)."""
+    u = gamma * y + beta
+    sigmoid = ops.sigmoid(u)
+    z = u * sigmoid
+
+    def grad(*args, upstream=None):
+        d = args[0] if upstream is None else upstream
+        axes = tuple(range(len(y.shape) - 1))
+        d_scale = ops.sum(d * (z - mean), axis=axes)
+        dz = d * scale
+        du = dz * (sigmoid * (1.0 + u * (1.0 - sigmoid)))
+        return (du * gamma, ops.sum(du * y, axis=axes), ops.sum(du, axis=axes),
+                -ops.sum(dz, axis=axes), d_scale)
+
+    return (z - mean) * scale, grad
