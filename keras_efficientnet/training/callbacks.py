@@ -97,7 +97,7 @@ class NonFiniteLossGuard(_StepCallback):
     """Stops the run on a NaN or infinite loss, naming the step; checkpoints stay untouched.
 
     Args:
-        steps_per_epoch: steps per epoch, to report a global step.
+        steps_per_epoch: step calls per epoch (Keras' steps), to report a global step.
         initial_epoch, initial_batch: where training (re)started.
         checkpoints: the manager, to name the last good checkpoint in the message.
     """
@@ -219,7 +219,7 @@ class Checkpointer(_StepCallback):
             (the other workers of a multi-process run).
         average: a `WeightAverage`, or None.
         state: extra JSON-serialisable state stored in each checkpoint (e.g. the config).
-        steps_per_epoch: steps per epoch.
+        steps_per_epoch: step calls per epoch (Keras' steps).
         initial_epoch, initial_batch: where training (re)started.
         history: the per-epoch logs of the epochs before `initial_epoch`.
         every_steps: also save every this many global steps; 0 = epoch ends only.

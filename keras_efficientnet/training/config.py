@@ -248,10 +248,32 @@ def _take_deprecated_names(config: TrainConfig) -> None:
 ARCHITECTURE_FIELDS = ("model", "dropout_rate", "drop_connect_rate")
 
 
+# Numeric fields and the range each must lie in (the message names the flag and the value).
+POSITIVE_FIELDS = ("micro_batch_size", "gradient_accumulation", "replicas", "device_iterations",
+                   "keep_checkpoints", "divergence_steps")
+NON_NEGATIVE_FIELDS = (
+    "epochs", "finetune_epochs", "updates_per_epoch", "eval_steps", "eval_every",
+    "train_resolution", "test_resolution", "warmup_epochs", "weight_decay", "learning_rate",
+    "finetune_learning_rate", "mixup_alpha", "host_threads", "finetune_batch_size",
+    "finetune_warmup_epochs", "checkpoint_steps", "checkpoint_minutes", "divergence_factor")
+UNIT_INTERVAL_FIELDS = ("label_smoothing", "ema_decay", "weight_average_decay", "cutmix_lambda")
+
+
 def validate(config: TrainConfig) -> None:
     """Raises a ValueError naming the flag, its value and what would be valid."""
-    from keras_efficientnet.models.presets import PRESETS
+    _check_fields(config)
+    _check_model(config.model)
+    _check_ranges(config)
+    from keras_efficientnet.training.warm_start import check_weights_flag
 
+    check_weights_flag(config.weights)
+    _check_run(config)
+    # The plan's own rules (strategy, replicas and stages together) and its split names.
+    config.plan.check_block_names(preset_block_names(config.model), config.model)
+
+
+def _check_fields(config: TrainConfig) -> None:
+    """Every float finite, every enum one of its choices."""
     for f in dataclasses.fields(config):
         choices = f.metadata.get("choices")
         value = getattr(config, f.name)
@@ -259,54 +281,54 @@ def validate(config: TrainConfig) -> None:
             raise ValueError(f"--{f.name} must be a finite number, received {value}")
         if choices and value not in choices:
             raise ValueError(f"--{f.name}={value!r} is not valid; choose one of {list(choices)}")
-    if config.model not in PRESETS:
-        close = difflib.get_close_matches(config.model, PRESETS, n=3)
+
+
+def _check_model(model: str) -> None:
+    from keras_efficientnet.models.presets import PRESETS
+
+    if model not in PRESETS:
+        close = difflib.get_close_matches(model, PRESETS, n=3)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        raise ValueError(f"--model={config.model!r} is not a known preset; {hint}valid: "
+        raise ValueError(f"--model={model!r} is not a known preset; {hint}valid: "
                          f"{sorted(PRESETS)}")
-    positive = ("micro_batch_size", "gradient_accumulation", "replicas", "device_iterations",
-                "keep_checkpoints", "divergence_steps")
-    for name in positive:
+
+
+def _check_ranges(config: TrainConfig) -> None:
+    for name in POSITIVE_FIELDS:
         if getattr(config, name) < 1:
             raise ValueError(f"--{name} must be >= 1, received {getattr(config, name)}")
-    non_negative = ("epochs", "finetune_epochs", "updates_per_epoch", "eval_steps", "eval_every",
-                    "train_resolution", "test_resolution", "warmup_epochs", "weight_decay",
-                    "learning_rate", "finetune_learning_rate", "mixup_alpha", "host_threads",
-                    "finetune_batch_size", "finetune_warmup_epochs", "checkpoint_steps",
-                    "checkpoint_minutes", "divergence_factor")
-    for name in non_negative:
+    for name in NON_NEGATIVE_FIELDS:
         if getattr(config, name) < 0:
             raise ValueError(f"--{name} must be >= 0, received {getattr(config, name)}")
-    for name in ("label_smoothing", "ema_decay", "weight_average_decay", "cutmix_lambda"):
+    for name in UNIT_INTERVAL_FIELDS:
         if not 0.0 <= getattr(config, name) < 1.0:
             raise ValueError(f"--{name} must be in [0, 1), received {getattr(config, name)}")
     if not config.peer_timeout > 0:  # also refuses NaN
         raise ValueError(f"--peer_timeout must be > 0 seconds, received {config.peer_timeout}")
-    if not config.model_dir:
-        raise ValueError("--model_dir must not be empty")
-    from keras_efficientnet.training.warm_start import check_weights_flag
-
-    check_weights_flag(config.weights)
     if not 0.0 < config.crop_area_min <= 1.0:
         raise ValueError(f"--crop_area_min must be in (0, 1], received {config.crop_area_min}")
     for name in ("train_resolution", "test_resolution"):
         value = getattr(config, name)
         if 0 < value < 32:
             raise ValueError(f"--{name} must be 0 (native) or >= 32, received {value}")
-    if config.export_dir and os.path.isfile(config.export_dir):
-        raise ValueError(f"--export_dir={config.export_dir!r} is a file; give a directory "
-                         "(created if missing)")
-    if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
-        raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")
     if not config.finetune_learning_rate_per_sample > 0:
         raise ValueError("--finetune_learning_rate_per_sample must be > 0, received "
                          f"{config.finetune_learning_rate_per_sample}")
     if config.cutmix_version not in (1, 2):
         raise ValueError(f"--cutmix_version must be 1 or 2, received {config.cutmix_version}")
+
+
+def _check_run(config: TrainConfig) -> None:
+    """The directories, the mode's needs and the fine-tune's batch."""
+    if not config.model_dir:
+        raise ValueError("--model_dir must not be empty")
+    if config.export_dir and os.path.isfile(config.export_dir):
+        raise ValueError(f"--export_dir={config.export_dir!r} is a file; give a directory "
+                         "(created if missing)")
+    if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
+        raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")
     if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
         config.finetune_accumulation()  # raises naming --finetune_batch_size
-    # The plan's own rules (strategy, replicas and stages together) and its split names.
-    config.plan.check_block_names(preset_block_names(config.model), config.model)
 
 
 def preset_block_names(model: str) -> list[str]:
