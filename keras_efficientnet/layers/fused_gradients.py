@@ -57,6 +57,14 @@ def _standardize(grouped, epsilon: float):
     return _standardize_grouped(grouped, ops.convert_to_tensor(epsilon, grouped.dtype))
 
 
+def _channel_sums(x):
+    """Sum over every axis but the last, as one `ones @ x` matrix product (a single read of
+    `x`; TensorFlow's CPU reduction over the leading axes is about 2x slower)."""
+    channels = x.shape[-1]
+    rows = ops.reshape(x, (-1, channels))
+    return ops.matmul(ops.ones((1, ops.shape(rows)[0]), x.dtype), rows)[0]
+
+
 @ops.custom_gradient
 def proxy_swish(y, gamma, beta, mean, scale):
     """`(swish(gamma * y + beta) - mean) * scale`, per channel (the last axis; any rank)."""
@@ -66,11 +74,10 @@ def proxy_swish(y, gamma, beta, mean, scale):
 
     def grad(*args, upstream=None):
         d = args[0] if upstream is None else upstream
-        axes = tuple(range(len(y.shape) - 1))
-        d_scale = ops.sum(d * (z - mean), axis=axes)
-        dz = d * scale
-        du = dz * (sigmoid * (1.0 + u * (1.0 - sigmoid)))
-        return (du * gamma, ops.sum(du * y, axis=axes), ops.sum(du, axis=axes),
-                -ops.sum(dz, axis=axes), d_scale)
+        sum_d = _channel_sums(d)
+        d_scale = _channel_sums(d * z) - mean * sum_d
+        du = d * (scale * sigmoid * (1.0 + u * (1.0 - sigmoid)))
+        return (du * gamma, _channel_sums(du * y), _channel_sums(du), -scale * sum_d,
+                d_scale)
 
     return (z - mean) * scale, grad
