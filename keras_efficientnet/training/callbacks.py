@@ -315,4 +315,6 @@ class Checkpointer(_StepCallback):
             logs.update(self.validation(epoch, self.model, self.average))
         self.history.append({k: float(v) for k, v in (logs or {}).items()})
         path = self._save(epoch + 1, 0, metrics=False)
+        if self.validation is not None:  # a new best's checkpoint becomes checkpoints/best
+            self.validation.saved(self.manager, path)
         self._stop_if_asked(path, (epoch + 1) * self.steps_per_epoch, epoch + 1, 0)

@@ -6,6 +6,10 @@ file's name, size and SHA-256, and the state it was written in (epoch, batch, wh
 was healthy). A resume verifies the newest checkpoint against it (`CheckpointManager.
 resume_point`) and moves a damaged one aside to `damaged/`; nothing is followed out of the
 checkpoints folder (`LATEST` and every name must resolve inside it).
+
+`best/` is a copy of the epoch-end checkpoint whose validation scored the best top-1 so far
+(`CheckpointManager.keep_best`), manifest included: its name is no position, so rotation,
+`LATEST` and resume never see it; `verify_best` checks it against the epoch it was copied from.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ METRICS = "metrics.npz"
 STATE = "state.json"
 # Written last: every other file's name, size and SHA-256, and epoch, batch and health.
 MANIFEST = "manifest.json"
+# The copy of the best-validated checkpoint (never rotated away, never resumed from).
+BEST = "best"
 # Where a resume moves checkpoints that fail verification (never deleted).
 DAMAGED = "damaged"
 # Left by interrupted saves: the temporary folder, a replaced folder on its way out, and the
@@ -112,6 +118,19 @@ def nbytes(arrays) -> int:
     return total
 
 
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link to `source` at `target`, else a flushed copy (the space checked first)."""
+    try:
+        os.link(source, target)
+        return
+    except OSError:
+        pass
+    atomic.require_space(target.parent, source.stat().st_size)
+    shutil.copyfile(source, target)
+    with open(target, "rb+") as f:
+        os.fsync(f.fileno())
+
+
 def _save_arrays(path: Path, arrays) -> None:
     with open(path, "wb") as f:
         np.savez(f, *[np.asarray(a) for a in arrays])
@@ -170,10 +189,11 @@ def _file_problem(folder: Path, name: str, expected) -> str | None:
     return None
 
 
-def verify(folder: str | os.PathLike) -> str | None:
+def verify(folder: str | os.PathLike, position: tuple[int, int] | None = None) -> str | None:
     """Why a checkpoint folder cannot be trusted (a file missing, resized, changed or
     unlisted, or the manifest unreadable or written for another position), or None when it is
-    intact. Reads every file once."""
+    intact. Reads every file once. `position`: (epochs, batches) the manifest must state;
+    default the folder's name's."""
     folder = Path(folder)
     try:
         manifest = read_manifest(folder)
@@ -181,7 +201,7 @@ def verify(folder: str | os.PathLike) -> str | None:
         return f"{MANIFEST} is missing (not written by this version, or tampered with)"
     except (OSError, ValueError) as error:
         return f"{MANIFEST} is unreadable ({str(error).splitlines()[0][:120]})"
-    if (manifest.get("epoch"), manifest.get("batch")) != position_of(folder):
+    if (manifest.get("epoch"), manifest.get("batch")) != (position or position_of(folder)):
         return (f"{MANIFEST} was written for epoch {manifest.get('epoch')} batch "
                 f"{manifest.get('batch')}, not for this folder's position")
     listed = manifest["files"]
@@ -400,6 +420,44 @@ class CheckpointManager:
             raise
         self._rotate()
         return final
+
+    def keep_best(self, checkpoint: str | os.PathLike) -> Path:
+        """Copies the intact epoch-end `checkpoint` (of this directory) to `best/`: into a
+        temporary folder (hard links where the file system allows: checkpoint files are never
+        rewritten in place), flushed, then renamed over the previous best. Raises
+        CheckpointWriteError when the disk refuses (the previous best is then intact)."""
+        source, final = Path(checkpoint), self.directory / BEST
+        problem = verify(source)
+        if problem:
+            raise ValueError(f"not keeping {source} as the best checkpoint: {problem}")
+        try:
+            tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".tmp-{BEST}-"))
+        except OSError as error:
+            raise self._write_error(final, error) from None
+        try:
+            for path in sorted(source.iterdir()):
+                _link_or_copy(path, tmp / path.name)
+            _fsync_dir(tmp)
+            if os.path.lexists(final):
+                trash = Path(tempfile.mkdtemp(dir=self.directory, prefix=".trash-"))
+                os.replace(final, trash / BEST)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.replace(tmp, final)
+            _fsync_dir(self.directory)
+        except BaseException as error:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(error, OSError):
+                raise self._write_error(final, error) from None
+            raise
+        return final
+
+    def verify_best(self, epoch: int) -> str | None:
+        """Why `best/` cannot be trusted as the copy of the checkpoint after `epoch` epochs
+        (missing, a link, or `verify`'s reasons), or None when it is intact."""
+        best = self.directory / BEST
+        if best.is_symlink() or not best.is_dir():
+            return f"{best} is {'a link' if best.is_symlink() else 'missing or not a folder'}"
+        return verify(best, position=(epoch, 0))
 
     def _write_error(self, final: Path, error: OSError) -> CheckpointWriteError:
         latest = self.latest()

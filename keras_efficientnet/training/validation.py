@@ -2,7 +2,9 @@
 weights the run would ship at that point (the weight average, else the optimizer's EMA, else
 the latest weights), at the test resolution, bounded by `--eval_steps`.
 
-The best validated weights are kept as `<model_dir>/best.keras` (record: best.json).
+The best validated weights are kept as `<model_dir>/best.keras` (record: best.json), and the
+epoch's checkpoint, once written, is copied to `checkpoints/best` (`saved`; never rotated away,
+never resumed from; best.json names it and which of its files hold the scored weights).
 `Validation` is called by the checkpointer at an epoch's end, after it updates the weight
 average and before it records the epoch, so `val_top1`, `val_top5` and `val_loss` reach the
 epoch line, the history in checkpoints and results.json, TensorBoard's `validation` run (Keras
@@ -61,6 +63,22 @@ class Validation:
         # The chief keeps the best validated model (a resumed run continues the record).
         self.model_dir = Path(config.model_dir)
         self.best = read_best(self.model_dir)
+        self._pending = False  # a new best whose checkpoint is not written yet
+        self._check_best_checkpoint()
+
+    def _check_best_checkpoint(self) -> None:
+        """On resume: warns when checkpoints/best does not match best.json (it is copied
+        again at the next improvement)."""
+        if self.best is None or "checkpoint" not in self.best:
+            return
+        from keras_efficientnet.training.checkpoint import CheckpointManager
+
+        manager = CheckpointManager(Path(self.best["checkpoint"]).parent)
+        problem = manager.verify_best(self.best["epoch"])
+        if problem:
+            log.warning("the best checkpoint %s cannot be trusted: %s; best.keras stands, and "
+                        "the next better validation replaces both", self.best["checkpoint"],
+                        problem)
 
     def due(self, epoch: int) -> bool:
         return self.every > 0 and (epoch + 1) % self.every == 0
@@ -113,6 +131,23 @@ class Validation:
                                       self.model_dir / BEST_MODEL_FILE)
         self.best = {"epoch": epoch + 1, "val_top1": scores["top1"], "val_top5": scores["top5"],
                      "val_loss": scores["loss"], "weights": which, "file": str(path)}
+        self._pending = True
         write_atomically(self.model_dir / BEST_RECORD_FILE, json.dumps(self.best, indent=1))
         log.info("best validation top-1 so far (%.4f, epoch %d): wrote %s", scores["top1"],
                  epoch + 1, path)
+
+    def saved(self, manager, checkpoint) -> None:
+        """Called once the epoch's checkpoint is written: after a new best, copies it to
+        checkpoints/best and names it in best.json with the file holding the scored weights."""
+        if not self._pending or manager is None or checkpoint is None:
+            return
+        self._pending = False
+        kept = manager.keep_best(checkpoint)
+        files = {"the weight average": "average.npz (the weight average; model.weights.h5 "
+                                       "holds the raw weights)",
+                 "EMA": "optimizer.npz (the optimizer's EMA variables; model.weights.h5 holds "
+                        "the raw weights)"}
+        self.best.update(checkpoint=str(kept), checkpoint_of=Path(checkpoint).name,
+                         scored_weights=files.get(self.best["weights"], "model.weights.h5"))
+        write_atomically(self.model_dir / BEST_RECORD_FILE, json.dumps(self.best, indent=1))
+        log.info("kept %s as %s", checkpoint, kept)

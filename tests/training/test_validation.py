@@ -88,3 +88,53 @@ def test_the_best_validated_model_is_kept_and_evaluated(run, capsys):
     scored = json.loads((run / "results-evaluate.json").read_text())
     assert scored["weights"] == str(run / "best.keras")
     assert scored["top1"] == pytest.approx(row["val_top1"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_the_best_checkpoint_survives_rotation_and_holds_the_scored_weights(tmp_path,
+                                                                              monkeypatch):
+    # Validations scripted to score 0.5, 0.9, 0.1: epoch 2 is the best; --keep_checkpoints=1
+    # rotates epoch-0002 away, checkpoints/best keeps it with the weights that were scored.
+    from keras_efficientnet.training import builders
+    from keras_efficientnet.training.checkpoint import verify
+
+    real, scored, script = builders.evaluate, [], [0.5, 0.9, 0.1]
+
+    def scripted(model, data, steps):
+        scores = real(model, data, steps)
+        scored.append([np.array(w) for w in model.get_weights()])
+        if len(scored) > len(script):  # the run's final evaluation
+            return scores
+        return {**scores, "top1": script[len(scored) - 1]}
+
+    monkeypatch.setattr(builders, "evaluate", scripted)
+    run_dir = tmp_path / "run"
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["train", f"--flagfile={REPO / 'flags' / 'smoke.flags'}", "--mode=train",
+                 "--epochs=3", "--eval_every=1", f"--model_dir={run_dir}", "--verbose=2",
+                 "--keep_checkpoints=1"])
+    try:
+        assert cli.main(["train"]) == 0
+    finally:
+        flags.FLAGS.unparse_flags()
+    checkpoints = run_dir / "checkpoints"
+    best = json.loads((run_dir / "best.json").read_text())
+    assert best["epoch"] == 2 and best["val_top1"] == 0.9 and len(scored) >= 3
+    assert best["checkpoint"] == str(checkpoints / "best")
+    assert best["checkpoint_of"] == "epoch-0002"
+    assert best["scored_weights"].startswith("average.npz")
+    assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".")) == [
+        "LATEST", "best", "epoch-0003"]
+    assert verify(checkpoints / "best", position=(2, 0)) is None
+    assert CheckpointManager(checkpoints).verify_best(2) is None
+    assert CheckpointManager(checkpoints).resume_point() == checkpoints / "epoch-0003"
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="digits",
+                         test_resolution=64, micro_batch_size=16, eval_steps=2)
+    model = build_model(config, 64, 10)
+    state = CheckpointManager.restore(checkpoints / "best", model)
+    assert state["epoch"] == 2
+    kept = SlotAverage(0.0, state["average"]).weights_like(model)
+    assert len(kept) == len(scored[1])
+    for got, want in zip(kept, scored[1]):
+        np.testing.assert_array_equal(got, want)  # bit-equal
+    assert not all(np.array_equal(a, b) for a, b in zip(kept, scored[2]))
