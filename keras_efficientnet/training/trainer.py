@@ -59,7 +59,7 @@ from keras_efficientnet.training.resume import (
 from keras_efficientnet.training.run_config import write_run_config
 from keras_efficientnet.training.runtime import OneDevice
 from keras_efficientnet.training.session import RunSession
-from keras_efficientnet.training.validation import Validation
+from keras_efficientnet.training.validation import Validation, finetuned_competes
 from keras_efficientnet.training.warm_start import warm_start
 
 log = logging.getLogger("keras_efficientnet")
@@ -202,6 +202,8 @@ class _Run:
                             finetune_images_per_second=info["images_per_second"], **after)
         if runtime.is_chief:
             save_weights_atomically(tuned, Path(config.model_dir) / "finetuned.weights.h5")
+            # It competes for best.keras with the training phase's validations.
+            self.results["best"] = finetuned_competes(config, tuned, after)
         return tuned
 
 

@@ -2,6 +2,9 @@
 weights the run would ship at that point (the weight average, else the optimizer's EMA, else
 the latest weights), at the test resolution, bounded by `--eval_steps`.
 
+After a fine-tune, the fine-tuned model's evaluation (the same split, resolution and steps)
+competes too (`finetuned_competes`; best.json's `phase` says which phase won).
+
 The best validated weights are kept as `<model_dir>/best.keras` (record: best.json), and the
 epoch's checkpoint, once written, is copied to `checkpoints/best` (`saved`; never rotated away,
 never resumed from; best.json names it and which of its files hold the scored weights).
@@ -69,7 +72,7 @@ class Validation:
     def _check_best_checkpoint(self) -> None:
         """On resume: warns when checkpoints/best does not match best.json (it is copied
         again at the next improvement)."""
-        if self.best is None or "checkpoint" not in self.best:
+        if self.best is None or not self.best.get("checkpoint"):
             return
         from keras_efficientnet.training.checkpoint import CheckpointManager
 
@@ -129,8 +132,9 @@ class Validation:
 
         path = _save_keras_atomically(inference_model(self._copy),
                                       self.model_dir / BEST_MODEL_FILE)
-        self.best = {"epoch": epoch + 1, "val_top1": scores["top1"], "val_top5": scores["top5"],
-                     "val_loss": scores["loss"], "weights": which, "file": str(path)}
+        self.best = {"phase": "train", "epoch": epoch + 1, "val_top1": scores["top1"],
+                     "val_top5": scores["top5"], "val_loss": scores["loss"], "weights": which,
+                     "file": str(path)}
         self._pending = True
         write_atomically(self.model_dir / BEST_RECORD_FILE, json.dumps(self.best, indent=1))
         log.info("best validation top-1 so far (%.4f, epoch %d): wrote %s", scores["top1"],
@@ -151,3 +155,30 @@ class Validation:
                          scored_weights=files.get(self.best["weights"], "model.weights.h5"))
         write_atomically(self.model_dir / BEST_RECORD_FILE, json.dumps(self.best, indent=1))
         log.info("kept %s as %s", checkpoint, kept)
+
+
+def finetuned_competes(config, model: keras.Model, scores: dict) -> dict | None:
+    """The fine-tuned `model`, scored `scores` on the validation split as every validation, is
+    written as best.keras (best.json: phase "finetune") when its top-1 beats the run's best.
+    The fine-tune writes no checkpoints: checkpoints/best stays the training phase's best.
+    Returns the record in best.json afterwards."""
+    from keras_efficientnet.training.export import _save_keras_atomically, inference_model
+
+    model_dir = Path(config.model_dir)
+    best = read_best(model_dir)
+    if best is not None and scores["top1"] <= best["val_top1"]:
+        log.info("the fine-tuned model (top-1 %.4f) does not beat the best validation (%.4f, "
+                 "%s phase): best.keras stays", scores["top1"], best["val_top1"],
+                 best.get("phase", "train"))
+        return best
+    path = _save_keras_atomically(inference_model(model), model_dir / BEST_MODEL_FILE)
+    record = {"phase": "finetune", "epoch": config.epochs,
+              "finetune_epochs": config.finetune_epochs, "val_top1": scores["top1"],
+              "val_top5": scores["top5"], "val_loss": scores["loss"],
+              "weights": "the fine-tuned model", "file": str(path), "checkpoint": None,
+              "scored_weights": "finetuned.weights.h5 (the fine-tune writes no checkpoints; "
+                                "checkpoints/best holds the training phase's best)"}
+    write_atomically(model_dir / BEST_RECORD_FILE, json.dumps(record, indent=1))
+    log.info("the fine-tuned model is the best so far (top-1 %.4f): wrote %s", scores["top1"],
+             path)
+    return record

@@ -138,3 +138,39 @@ def test_the_best_checkpoint_survives_rotation_and_holds_the_scored_weights(tmp_
     for got, want in zip(kept, scored[1]):
         np.testing.assert_array_equal(got, want)  # bit-equal
     assert not all(np.array_equal(a, b) for a, b in zip(kept, scored[2]))
+
+
+@pytest.mark.slow
+def test_the_finetuned_model_competes_for_best_keras(tmp_path, monkeypatch):
+    # The training phase's validations scripted to top-1 0.0: the fine-tuned model (scored for
+    # real on the same split) beats them, so best.keras is the fine-tuned model (model.keras).
+    import keras
+
+    from keras_efficientnet.training import builders, trainer
+
+    real = trainer.evaluate  # the trainer's own evaluations stay real
+
+    def scripted(model, data, steps):
+        return {**real(model, data, steps), "top1": 0.0}
+
+    monkeypatch.setattr(builders, "evaluate", scripted)  # what Validation calls
+    monkeypatch.setattr(trainer, "evaluate", real)
+    run_dir = tmp_path / "run"
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["train", f"--flagfile={REPO / 'flags' / 'smoke.flags'}", "--epochs=1",
+                 "--eval_every=1", f"--model_dir={run_dir}"])
+    try:
+        assert cli.main(["train"]) == 0
+    finally:
+        flags.FLAGS.unparse_flags()
+    results = json.loads((run_dir / "results.json").read_text())
+    best = json.loads((run_dir / "best.json").read_text())
+    assert results["history"][0]["val_top1"] == 0.0 and results["top1"] > 0.0
+    assert best["phase"] == "finetune" and best["finetune_epochs"] == 1
+    assert best["val_top1"] == pytest.approx(results["top1"], abs=1e-12)
+    assert results["best"] == best
+    assert (run_dir / "checkpoints" / "best").is_dir()  # the training phase's best stays
+    final = keras.saving.load_model(run_dir / "model.keras", compile=False)
+    kept = keras.saving.load_model(run_dir / "best.keras", compile=False)
+    for a, b in zip(final.get_weights(), kept.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
