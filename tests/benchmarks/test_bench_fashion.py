@@ -4,6 +4,7 @@ return fixed results, so nothing here trains or times anything."""
 
 import json
 import math
+import os
 
 import pytest
 from scipy import stats
@@ -185,3 +186,31 @@ def test_bad_arguments_are_one_line_errors(capsys):
     with pytest.raises(SystemExit):
         bench_fashion.main(["time", "--seeds", "0", "0"])
     assert "--seeds distinct" in capsys.readouterr().err
+
+
+REAL = "/usr/share/datasets/fashion-mnist"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(REAL),
+                    reason=f"Fashion-MNIST is not installed in {REAL} (make data-fashion)")
+def test_both_experiments_train_on_the_real_files(tmp_path):
+    # A few updates each, through the real trainer: the rows, the re-estimated G1-BN score and
+    # the charts come out; the figures themselves mean nothing at this length.
+    bench_fashion.main(["time", "--recipes", bench_fashion.BASELINE,
+                        "G16-LN+PN reduced + fine-tune", "--updates-per-epoch", "2",
+                        "--eval-steps", "1", "--bn-batches", "2", "--seeds", "0",
+                        "--output-dir", str(tmp_path)])
+    rows = charts.read_rows(tmp_path / "fashion_time.jsonl")
+    assert [r["variant"] for r in rows] == [bench_fashion.BASELINE,
+                                            "G16-LN+PN reduced + fine-tune"]
+    assert rows[0]["bn_seconds"] > 0 and 0 <= rows[0]["top1_moving_averages"] <= 1
+    assert rows[1]["finetune_seconds"] > 0 and rows[1]["resolution"] == 32
+    bench_fashion.main(["microbatch", "--norms", "BN", "LN+PN", "--micro-batches", "2", "4",
+                        "--global-batch", "4", "--updates-per-epoch", "2", "--eval-steps", "1",
+                        "--bn-batches", "2", "--seeds", "0", "--output-dir", str(tmp_path)])
+    rows = charts.read_rows(tmp_path / "fashion_microbatch.jsonl")
+    assert sorted((r["variant"], r["micro_batch"]) for r in rows) == [
+        ("BN", 2), ("BN", 4), ("LN+PN", 2), ("LN+PN", 4)]
+    for name in ("fashion_time", "fashion_microbatch"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
