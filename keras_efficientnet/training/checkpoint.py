@@ -118,14 +118,9 @@ def nbytes(arrays) -> int:
     return total
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    """A hard link to `source` at `target`, else a flushed copy (the space checked first)."""
-    try:
-        os.link(source, target)
-        return
-    except OSError:
-        pass
-    atomic.require_space(target.parent, source.stat().st_size)
+def _copy_flushed(source: Path, target: Path) -> None:
+    """A copy of `source` at `target`, flushed to disk (a copy, not a hard link: damage done
+    to one file in place must not reach the other)."""
     shutil.copyfile(source, target)
     with open(target, "rb+") as f:
         os.fsync(f.fileno())
@@ -423,20 +418,21 @@ class CheckpointManager:
 
     def keep_best(self, checkpoint: str | os.PathLike) -> Path:
         """Copies the intact epoch-end `checkpoint` (of this directory) to `best/`: into a
-        temporary folder (hard links where the file system allows: checkpoint files are never
-        rewritten in place), flushed, then renamed over the previous best. Raises
+        temporary folder, flushed, then renamed over the previous best. Raises
         CheckpointWriteError when the disk refuses (the previous best is then intact)."""
         source, final = Path(checkpoint), self.directory / BEST
         problem = verify(source)
         if problem:
             raise ValueError(f"not keeping {source} as the best checkpoint: {problem}")
         try:
+            atomic.require_space(self.directory, sum(p.stat().st_size
+                                                     for p in source.iterdir()))
             tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".tmp-{BEST}-"))
         except OSError as error:
             raise self._write_error(final, error) from None
         try:
             for path in sorted(source.iterdir()):
-                _link_or_copy(path, tmp / path.name)
+                _copy_flushed(path, tmp / path.name)
             _fsync_dir(tmp)
             if os.path.lexists(final):
                 trash = Path(tempfile.mkdtemp(dir=self.directory, prefix=".trash-"))

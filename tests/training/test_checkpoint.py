@@ -101,3 +101,36 @@ def test_a_refused_write_names_the_checkpoint_and_leaves_no_partial_folder(tmp_p
         "intact. Fix: free space (or raise the quota, or give a --model_dir on another disk), "
         "then rerun the same command to resume")
     assert sorted(os.listdir(tmp_path)) == ["LATEST", "epoch-0001"]
+
+
+def test_the_best_copy_survives_rotation_is_verified_and_is_never_resumed(tmp_path):
+    from keras_efficientnet.training.checkpoint import BEST, WEIGHTS, verify
+
+    manager = CheckpointManager(tmp_path, keep=1)
+    model = _model()
+    first = manager.save(1, model, average=[np.full(3, 0.25)])
+    expected = [w.copy() for w in model.get_weights()]
+    assert manager.keep_best(first) == tmp_path / BEST
+    model.set_weights([w + 1.0 for w in expected])
+    manager.save(2, model)
+    manager.save(3, model)
+    assert sorted(os.listdir(tmp_path)) == ["LATEST", BEST, "epoch-0003"]  # epoch-0001 rotated
+    assert manager.verify_best(1) is None and verify(tmp_path / BEST, position=(1, 0)) is None
+    assert "written for epoch 1 batch 0" in manager.verify_best(3)  # checked against the epoch
+    assert manager.resume_point() == tmp_path / "epoch-0003"
+    restored = _model(seed=1)
+    state = CheckpointManager.restore(tmp_path / BEST, restored)
+    assert state["epoch"] == 1 and np.array_equal(state["average"][0], np.full(3, 0.25))
+    for got, want in zip(restored.get_weights(), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    # A new best replaces it whole; damage done in place to the source does not reach it.
+    manager.keep_best(tmp_path / "epoch-0003")
+    with open(tmp_path / "epoch-0003" / WEIGHTS, "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff\xfe")
+    assert manager.verify_best(3) is None
+    assert "SHA-256" in verify(tmp_path / "epoch-0003")
+    with open(tmp_path / BEST / WEIGHTS, "ab") as f:
+        f.write(b"x")
+    assert "bytes" in manager.verify_best(3)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith((".tmp-", ".trash-"))]
