@@ -22,3 +22,17 @@ def trainable_count(model: keras.Model) -> int:
 
 def backend() -> str:
     return keras.backend.backend()
+
+
+def tiny_sgd_model(seed: int = 0, *, built: bool = False) -> keras.Model:
+    """Dense model with a dropout (so the random state matters) compiled with momentum SGD (so
+    the optimizer has slots): the smallest model whose checkpoint holds every kind of state.
+    `built=True` takes one step so that the optimizer's variables exist."""
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dropout(0.5),
+                              keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse",
+                  jit_compile=False)
+    if built:
+        model.fit(np.ones((8, 4)), np.ones((8, 3)), verbose=0)
+    return model

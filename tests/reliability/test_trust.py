@@ -13,7 +13,6 @@ import shutil
 import stat
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 
@@ -28,18 +27,13 @@ from keras_efficientnet.training.checkpoint import (
     verify,
 )
 from keras_efficientnet.training.config import TrainConfig
+from tests.helpers import tiny_sgd_model
 
 pytestmark = pytest.mark.tf_only
 
 
 def _model(seed=0):
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dropout(0.5),
-                              keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse",
-                  jit_compile=False)
-    model.fit(np.ones((8, 4)), np.ones((8, 3)), verbose=0)  # builds the optimizer
-    return model
+    return tiny_sgd_model(seed, built=True)
 
 
 def _checkpoints(directory: Path, epochs=(1, 2), **kwargs) -> CheckpointManager:

@@ -7,7 +7,6 @@ import math
 import os
 import signal
 
-import keras
 import pytest
 
 from keras_efficientnet.training.callbacks import (
@@ -22,17 +21,13 @@ from keras_efficientnet.training.checkpoint import (
     position_of,
 )
 from keras_efficientnet.training.preemption import Preempted, SignalWatch
+from tests.helpers import tiny_sgd_model
 
 pytestmark = pytest.mark.tf_only
 
 
 def _model(seed=0):
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dropout(0.5),
-                              keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse",
-                  jit_compile=False)
-    return model
+    return tiny_sgd_model(seed)
 
 
 def test_divergence_needs_the_loss_above_the_factor_for_patience_step_ends():

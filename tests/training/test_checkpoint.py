@@ -17,17 +17,13 @@ from keras_efficientnet.training.checkpoint import (
     checkpoint_name,
     position_of,
 )
+from tests.helpers import tiny_sgd_model
 
 pytestmark = pytest.mark.tf_only
 
 
 def _model(seed=0):
-    keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dropout(0.5),
-                              keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse",
-                  jit_compile=False)
-    return model
+    return tiny_sgd_model(seed)
 
 
 def test_names_sort_by_position_mid_epoch_saves_included(tmp_path):
