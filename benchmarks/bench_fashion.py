@@ -562,7 +562,7 @@ def draw_microbatch_chart(path: Path, rows: list[dict], summary: dict) -> Path |
     ax.set_xlabel(f"micro-batch (gradients accumulated to {first['global_batch']})")
     ax.set_ylabel("test top-1 (mean, 95% t interval)")
     ax.set_title(f"Norms against micro-batch on Fashion-MNIST ({first['epochs']} epoch(s) x "
-                 f"{first['updates_per_epoch']} updates, {first['resolution']}px) — "
+                 f"{first['updates_per_epoch']} updates, {first['resolution']}px)\n"
                  f"{first.get('note', '')}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
