@@ -56,25 +56,14 @@ TEMPORARY = (".tmp-", ".trash-", f".{LATEST}.")
 _NAME = re.compile(rf"^{PREFIX}(\d+)(?:-batch-(\d+))?$")
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(atomic.WriteError):
     """A checkpoint could not be written (disk full, permissions); the earlier ones are intact.
 
     `errno` is the failed write's; the message names the checkpoint and the intact one."""
 
-    def __init__(self, errno: int | None, message: str):
-        super().__init__(errno, message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
 
 class NoIntactCheckpointError(ValueError):
     """Checkpoints were found to resume from, but none passed verification."""
-
-
-def _reason(error: OSError) -> str:
-    return atomic._reason(error)
 
 
 def checkpoint_name(epoch: int, batch: int = 0) -> str:
@@ -96,7 +85,7 @@ def _suppressed(fn, *args) -> None:
         pass
 
 
-def _numpy(variable) -> np.ndarray:
+def to_numpy(variable) -> np.ndarray:
     # `numpy()` reads distributed variables too (a mirrored metric's sum over replicas).
     if hasattr(variable, "numpy"):
         return np.asarray(variable.numpy())
@@ -385,14 +374,14 @@ class CheckpointManager:
         try:
             model.save_weights(tmp / WEIGHTS)
             if optimizer is not None and optimizer.built:
-                _save_arrays(tmp / OPTIMIZER, [_numpy(v) for v in optimizer.variables])
+                _save_arrays(tmp / OPTIMIZER, [to_numpy(v) for v in optimizer.variables])
             if average is not None:
                 _save_arrays(tmp / AVERAGE, average)
             rng = rng_variables(model)
             if rng:
-                _save_arrays(tmp / RNG, [_numpy(v) for v in rng])
+                _save_arrays(tmp / RNG, [to_numpy(v) for v in rng])
             if metrics:
-                _save_arrays(tmp / METRICS, [_numpy(v) for v in metrics])
+                _save_arrays(tmp / METRICS, [to_numpy(v) for v in metrics])
             with open(tmp / STATE, "w") as f:
                 json.dump({"epoch": epoch, "batch": batch, "healthy": healthy, **(state or {})},
                           f, indent=2, sort_keys=True)
@@ -459,7 +448,7 @@ class CheckpointManager:
         latest = self.latest()
         intact = f"; the last checkpoint {latest} is intact" if latest else ""
         return CheckpointWriteError(
-            error.errno, f"could not write checkpoint {final}: {_reason(error)} "
+            error.errno, f"could not write checkpoint {final}: {atomic._reason(error)} "
                          f"({atomic.free_space(self.directory)} there){intact}. Fix: "
                          f"{atomic.fix_for(error, final)} to resume")
 

@@ -14,15 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from keras_efficientnet.training.callbacks import WeightAverage
+from keras_efficientnet.training.checkpoint import to_numpy
 
 # The optimizers' slot lists, each parallel to the variables the optimizer was built for:
 # RMSPropTF has both, LARS and SGD momenta only.
 SLOT_LISTS = ("_mean_squares", "_momentums")
-
-
-def _numpy(variable) -> np.ndarray:
-    # `numpy()` reads distributed (mirrored) variables too.
-    return np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable)
 
 
 def slot_variables(optimizer) -> list:
@@ -33,7 +29,7 @@ def slot_variables(optimizer) -> list:
 
 def read_slots(optimizer) -> list[np.ndarray]:
     """The slots' current values (`slot_variables` order)."""
-    return [_numpy(v) for v in slot_variables(optimizer)]
+    return [to_numpy(v) for v in slot_variables(optimizer)]
 
 
 class SlotAverage(WeightAverage):
