@@ -321,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv[1:])
         _, files, names = _check_inputs(args)
-        unreadable = [line for line in map(not_an_image, files) if line]
-        files = [f for f in files if not_an_image(f) is None]
+        problems = {f: not_an_image(f) for f in files}  # reads each file's first bytes once
+        unreadable = [line for line in problems.values() if line]
+        files = [f for f, line in problems.items() if line is None]
         for line in unreadable:
             print(f"error: {line}", file=sys.stderr)
         if not files:
