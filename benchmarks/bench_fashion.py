@@ -238,19 +238,12 @@ def evaluate_recipe(config, model, data, steps: int, num_classes: int,
     (bench_microbatch's precise BN: after a short schedule the moving averages, momentum 0.99,
     still hold their initial values). Returns the result and the re-estimation's seconds, which
     count as training time."""
-    from benchmarks.bench_microbatch import batch_norm_layers, reestimate_batch_norm
+    from benchmarks.bench_microbatch import score
     from keras_efficientnet.training import trainer
 
-    if not (batch_norm_layers(model) and bn_batches):
+    if not bn_batches:
         return trainer.evaluate(model, data, steps), 0.0
-    moving = trainer.evaluate(model, data, steps)["top1"]
-    started = time.perf_counter()
-    train_data = trainer.build_datasets(config, config.train_resolution, training=True,
-                                        split=config.train_split, repeat=True,
-                                        num_classes=num_classes)
-    reestimate_batch_norm(model, train_data, bn_batches)
-    seconds = time.perf_counter() - started
-    return {**trainer.evaluate(model, data, steps), "top1_moving_averages": moving}, seconds
+    return score(model, config, data, steps, num_classes, bn_batches)
 
 
 def time_schedule(args) -> dict:
@@ -348,7 +341,7 @@ def train_and_score(config, bn_batches: int, eval_batch: int) -> dict:
     statistics, so this only saves time at micro-batch 2)."""
     import keras
 
-    from benchmarks.bench_microbatch import batch_norm_layers, reestimate_batch_norm
+    from benchmarks.bench_microbatch import score, top1_fields
     from keras_efficientnet.training import trainer
 
     train_examples, test_examples, num_classes = trainer.dataset_facts(config)
@@ -361,14 +354,8 @@ def train_and_score(config, bn_batches: int, eval_batch: int) -> dict:
     data = trainer.build_datasets(evaluation, config.test_resolution, training=False,
                                   split=config.eval_split, repeat=False, num_classes=num_classes)
     steps = config.eval_steps or -(-test_examples // eval_batch)
-    result = {"images_per_second": trained["images_per_second"], "seconds": seconds}
-    if batch_norm_layers(model):
-        result["top1_moving_averages"] = trainer.evaluate(model, data, steps)["top1"]
-        train_data = trainer.build_datasets(config, config.train_resolution, training=True,
-                                            split=config.train_split, repeat=True,
-                                            num_classes=num_classes)
-        reestimate_batch_norm(model, train_data, bn_batches)
-    result["top1"] = trainer.evaluate(model, data, steps)["top1"]
+    result = {"images_per_second": trained["images_per_second"], "seconds": seconds,
+              **top1_fields(score(model, config, data, steps, num_classes, bn_batches)[0])}
     keras.backend.clear_session()
     return result
 
