@@ -71,10 +71,8 @@ def _run(args) -> dict:
     quiet.import_tensorflow(verbose=args.verbosity > 0)
     import keras
 
-    import keras_efficientnet
     from keras_efficientnet import datasets
 
-    keras_efficientnet.import_all()
     model = keras.models.load_model(args.model)
     resolution = args.resolution or model.input_shape[1]
     if resolution is None:

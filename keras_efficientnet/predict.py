@@ -266,10 +266,7 @@ def _load(args, names):
     quiet.import_tensorflow(verbose=args.verbosity > 0)
     import keras
 
-    import keras_efficientnet
-
-    keras_efficientnet.import_all()  # registers the package's classes (safe mode stays on)
-    try:
+    try:  # Keras finds the package's classes by name (keras_efficientnet.registration)
         model = keras.models.load_model(args.model)
     except Exception as error:  # a damaged zip, unknown classes: one line, not Keras' report
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]

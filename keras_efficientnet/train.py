@@ -8,6 +8,7 @@ SIGINT checkpoint the current training step and exit with 128 + the signal numbe
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -69,10 +70,10 @@ def _run(config, session) -> dict:
     # one for the multi-worker start-up's watchdog to see them (distribute.watchdog).
     with preemption.held(STRATEGY_TABLE[config.strategy].signals_held_at_import):
         quiet.import_tensorflow(verbose=asked_for_logs(flags.FLAGS))
-        import keras_efficientnet
+        from keras_efficientnet import registration
         from keras_efficientnet.distribute import run
 
-        keras_efficientnet.import_all()  # what `import keras_efficientnet` does elsewhere
+        registration.register()  # Keras and the model's modules load inside the hold too
     return run(config, session=session)
 
 
@@ -87,7 +88,9 @@ def _report(config, results: dict, chief: bool) -> None:
     print(summary(config, results, results_path(config)), flush=True)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], command_line: bool = False) -> int:
+    """The training command; `command_line`: this process is the command (`run()`), not a
+    caller of `main` (a test), so it may end itself at once after a refused write."""
     problem = errors.backend_problem(os.environ)
     if len(argv) > 1:
         problem = f"unexpected arguments {argv[1:]}; every setting is a --flag"
@@ -115,24 +118,21 @@ def main(argv: list[str]) -> int:
             raise
         message, status = described
         print(message, file=sys.stderr, flush=True)
-        if status == errors.RUN_FAILED and isinstance(error, OSError):
-            _exit_now_if_cli(status)
+        if command_line and status == errors.RUN_FAILED and isinstance(error, OSError):
+            _exit_now(status)
         return status
     _report(config, results, session.chief)
     return 0
 
 
-def _exit_now_if_cli(status: int) -> None:
+def _exit_now(status: int) -> None:
     """After a write the disk refused, HDF5 may still hold the file it could not flush, and its
-    exit handler then crashes the process (exit 139, a traceback after the one line): a
-    command-line process leaves without running exit handlers."""
-    import keras_efficientnet
-
-    if keras_efficientnet.started_as_cli():
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+    exit handler then crashes the process (exit 139, a traceback after the one line): the
+    command leaves without running exit handlers."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def asked_for_logs(flag_values) -> bool:
@@ -170,7 +170,7 @@ def project_flag_names() -> list[str]:
 
 def run() -> None:
     """Console-script entry point (`keras-efficientnet-train`)."""
-    app.run(main, flags_parser=parse_command_line)
+    app.run(functools.partial(main, command_line=True), flags_parser=parse_command_line)
 
 
 if __name__ == "__main__":

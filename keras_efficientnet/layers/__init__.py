@@ -1,11 +1,13 @@
 """Keras layers of keras-efficientnet; each works on the TensorFlow and JAX backends.
 
-Each layer's module registers it with Keras when imported; `import keras_efficientnet` imports
-them all. Here they load on first use, so that `num_groups` (plain Python, used by the
-architecture tables) does not pull Keras in.
+Each layer's module registers it with Keras when imported (`keras_efficientnet.registration`
+imports them when Keras looks one up by name). Here they load on first use, so that `num_groups`
+(plain Python, used by the architecture tables) does not pull Keras in.
 """
 
 import importlib
+import sys
+import types
 
 from keras_efficientnet.layers.groups import num_groups
 
@@ -25,14 +27,18 @@ def __getattr__(name):
     raise AttributeError(f"module 'keras_efficientnet.layers' has no attribute {name!r}")
 
 
-def import_all() -> None:
-    """Imports every layer module (registering each layer with Keras' serialization) and binds
-    the names above here, as an eager `from ... import` would (`normalization` is both a module
-    and a function: the function wins, as it always has)."""
-    for name, module in _MODULES.items():
-        globals()[name] = getattr(
-            importlib.import_module(f"keras_efficientnet.layers.{module}"), name)
 
+class _Package(types.ModuleType):
+    """The import system binds each submodule on its package once it loads; `normalization` is
+    both a module and a function here, and the package attribute stays the function."""
+
+    def __setattr__(self, name, value):
+        if name == "normalization" and isinstance(value, types.ModuleType):
+            value = value.normalization
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "GroupConv2D", "ImageNormalization", "MBConvBlock", "ProxyNormActivation", "SqueezeExcite",
