@@ -46,20 +46,20 @@ def _check(args) -> None:
                        f"{where}/{args.split}/<class>/*.jpg")
 
 
-def score(model, dataset, steps: int | None) -> dict:
-    """top1, top5, loss, images and images/s of `model` (probabilities out) on `dataset`."""
+def score(model, dataset, batches: int) -> dict:
+    """top1, top5, loss, images and images/s of `model` (probabilities out) on the first
+    `batches` batches of `dataset`, in one pass (`batches` tells Keras where it ends; the images
+    are those the metrics saw, so a skipped unreadable file is not counted)."""
     import keras
 
+    top1 = keras.metrics.SparseCategoricalAccuracy(name="top1")
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(),
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1"),
-                           keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
+                  metrics=[top1, keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5")],
                   jit_compile=False)
-    dataset = dataset.take(steps) if steps else dataset
-    sizes = [int(x.shape[0]) for x, _ in dataset]  # the count, so Keras knows where it ends
-    images = sum(sizes)
     start = time.perf_counter()
-    results = model.evaluate(dataset, steps=len(sizes), verbose=0, return_dict=True)
+    results = model.evaluate(dataset, steps=batches, verbose=0, return_dict=True)
     seconds = time.perf_counter() - start
+    images = int(keras.ops.convert_to_numpy(top1.count))
     return {"top1": float(results["top1"]), "top5": float(results["top5"]),
             "loss": float(results["loss"]), "images": images,
             "images_per_second": images / seconds}
@@ -77,11 +77,15 @@ def _run(args) -> dict:
     resolution = args.resolution or model.input_shape[1]
     if resolution is None:
         raise BadInput(f"{args.model} takes any resolution; give --resolution")
-    data = datasets.make_dataset(datasets.InputOptions(
+    options = datasets.InputOptions(
         source=args.dataset, split=args.split, image_size=resolution, batch_size=args.batch_size,
         training=False, augment=False, mix=False, repeat=False,
-        data_dir=args.data_dir or None, num_classes=model.output_shape[-1]))
-    return score(model, data, args.steps or None)
+        data_dir=args.data_dir or None, num_classes=model.output_shape[-1])
+    examples = datasets.dataset_info(options.source, options.split, data_dir=options.data_dir,
+                                     num_classes=options.num_classes).num_examples
+    batches = -(-examples // args.batch_size)  # the last one partial
+    return score(model, datasets.make_dataset(options),
+                 min(batches, args.steps) if args.steps else batches)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,6 +57,28 @@ def test_scores_a_folder_like_numpy(tmp_path, capsys):
     assert float(found[4]) > 0
 
 
+def test_score_reads_the_data_once_and_counts_the_images_it_scored():
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (7, 32, 32, 3)).astype("uint8")
+    labels = np.array([0, 1, 2, 0, 1, 2, 0])
+    passes = []
+
+    def examples():
+        passes.append(1)
+        yield from zip(images, labels)
+
+    data = tf.data.Dataset.from_generator(examples, output_signature=(
+        tf.TensorSpec((32, 32, 3), tf.uint8), tf.TensorSpec((), tf.int64))).batch(3)
+    keras.utils.set_random_seed(0)
+    model = ke.EfficientNet("tiny", classes=3, input_shape=(32, 32, 3))
+    result = evaluate.score(model, data, 3)  # batches: 3 + 3 + 1
+    assert passes == [1] and result["images"] == 7
+    probs = keras.ops.convert_to_numpy(model(images)).astype("float64")
+    assert result["top1"] == pytest.approx(np.mean(np.argmax(probs, -1) == labels), abs=1e-6)
+    assert result["loss"] == pytest.approx(
+        np.mean(-np.log(probs[np.arange(7), labels])), rel=1e-4)
+
+
 def test_usage_errors_before_tensorflow(tmp_path):
     stand_in = tmp_path / "no_tf" / "tensorflow"
     stand_in.mkdir(parents=True)
