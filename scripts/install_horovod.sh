@@ -32,9 +32,10 @@ export HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_CPU_OPERATIONS=GLOO
 export MAKEFLAGS="-j$(nproc)"
 "$PY" -m pip install -q --no-build-isolation --no-cache-dir "$SRC"
 "$PY" - <<'PY'
+import horovod
 import horovod.tensorflow as hvd
 
 hvd.init()
-print(f"horovod {hvd.__version__ if hasattr(hvd, '__version__') else ''} built: "
-      f"gloo={hvd.gloo_built()} mpi={hvd.mpi_built()} size={hvd.size()}")
+print(f"horovod {horovod.__version__} built: gloo={hvd.gloo_built()} mpi={hvd.mpi_built()} "
+      f"size={hvd.size()}")
 PY

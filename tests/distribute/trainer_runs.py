@@ -30,11 +30,11 @@ def config(model_dir: str, **changes) -> TrainConfig:
 
 
 def train_run(model_dir: str, *, one_device: bool = False, kill_at_epoch: int | None = None,
-              **changes) -> dict:
+              callbacks: tuple = (), **changes) -> dict:
     """Trains through `trainer.train` under the config's runtime (or Keras' one-device `fit`).
 
     `kill_at_epoch`: the process kills itself (SIGKILL, no clean-up) as that epoch's first step
-    begins, after the previous epoch's checkpoint was written.
+    begins, after the previous epoch's checkpoint was written. `callbacks` run after the rest.
     """
     cfg = config(model_dir, **changes)
     runtime = None if one_device else runtime_for(cfg)
@@ -43,7 +43,7 @@ def train_run(model_dir: str, *, one_device: bool = False, kill_at_epoch: int | 
     train_examples, _, num_classes = trainer.dataset_facts(cfg)
     seen = Seen(kill_at_epoch)
     trained = trainer.train(cfg, num_classes, train_examples, runtime=runtime,
-                            extra_callbacks=[seen])
+                            extra_callbacks=[seen, *callbacks])
     return {"losses": [h["loss"] for h in trained["history"]],
             "weights": trained["model"].get_weights(), "initial": seen.weights,
             "epochs": seen.epochs, "checkpoint": trained["checkpoint"]}
