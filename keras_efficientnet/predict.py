@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resize_ratio", type=float, default=EVAL_RESIZE_RATIO,
                         help="resize the short side to resolution x this before the centre "
                         "crop (as evaluation does)")
+    parser.add_argument("--serving", default="auto", choices=("auto", "on", "off"),
+                        help="auto runs LayerNorm/GroupNorm models through the fused forward "
+                        "pass of keras_efficientnet.serving (same outputs, faster); off keeps "
+                        "Keras' layers")
     parser.add_argument("--verbosity", type=int, default=0, help="0 keeps TensorFlow's start-up "
                         "lines quiet; 1 shows them")
     return parser
@@ -207,13 +211,19 @@ def read_images(paths: list[Path], resolution: int, resize_ratio: float):
     return (np.stack(crops) if crops else np.zeros(shape, np.uint8)), good, failures
 
 
-def predict(model, image_paths, resolution: int, resize_ratio: float = EVAL_RESIZE_RATIO):
+def predict(model, image_paths, resolution: int, resize_ratio: float = EVAL_RESIZE_RATIO,
+            serving: str = "auto"):
     """Class probabilities `[images, classes]` of `model` for the image files (all must
-    decode)."""
+    decode); `serving` as `keras_efficientnet.serving.for_inference` takes it."""
+    from keras_efficientnet.serving import for_inference
+
     images, _, failures = read_images([Path(p) for p in image_paths], resolution, resize_ratio)
     if failures:
         raise ValueError(failures[0])
-    return _probabilities(model.predict(images, verbose=0))
+    # Keras' own predict of the chosen path (EfficientNet.predict would choose again).
+    import keras
+
+    return _probabilities(keras.Model.predict(for_inference(model, serving), images, verbose=0))
 
 
 def top_k_rows(paths, probabilities, k: int, names: list[str] | None) -> list[dict]:
@@ -279,7 +289,12 @@ def _load(args, names):
     if resolution is None:
         raise BadInput(f"{args.model} takes any resolution; give --resolution")
     names = _resolve_names(names, shape[-1], Path(args.model), args.class_names)
-    return model, resolution, names
+    from keras_efficientnet.serving import for_inference
+
+    try:
+        return for_inference(model, args.serving), resolution, names
+    except ValueError as error:  # --serving=on for a model the fused pass cannot run
+        raise BadInput(f"--serving={args.serving}: {error}") from None
 
 
 def _predict_all(model, files, resolution, args, names):

@@ -23,9 +23,18 @@ XLA (`jit_compile=True`) is slower on a TensorFlow CPU for every variant here (m
 benchmarks/README.md), so the compiled function is a plain `tf.function`. `model.predict`,
 `model.export` (SavedModel) and `keras_efficientnet.predict` of the wrapper all take this path.
 TensorFlow only; on other backends `serving_model` returns the model unchanged.
+
+`for_inference(model, serving)` is what the package's inference paths call (the `predict`
+command and API, `--export_dir`'s SavedModel, `EfficientNet.predict`): with "auto" the fused
+pass for float32 models with LayerNorm or GroupNorm layers on TensorFlow (where the norms are
+most of the time), the model itself otherwise (BatchNorm already folds into the convolutions);
+"on" always wraps, "off" never (the opt-out).
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import keras
 
@@ -41,9 +50,26 @@ def _tf():
     return tf
 
 
+# True while a SavedModel is traced (`ServingModel.export`): TFLite's converter and tf2onnx have
+# no `EuclideanNorm` op, so the exported graph takes `E[x^2]` as the mean of the squares (one
+# more pass over the feature map, ops every converter knows).
+_PORTABLE_OPS = contextvars.ContextVar("portable_ops", default=False)
+
+
+@contextlib.contextmanager
+def portable_ops():
+    """Within: the fused pass uses only ops TFLite and ONNX converters take."""
+    token = _PORTABLE_OPS.set(True)
+    try:
+        yield
+    finally:
+        _PORTABLE_OPS.reset(token)
+
+
 def _group_moments(x, groups: int, epsilon: float):
     """Per sample and group: the mean and `1 / sqrt(var + epsilon)`, each `[batch, groups]`,
-    from two reductions that write nothing: the mean and the Euclidean norm (`E[x^2]`)."""
+    from two reductions that write nothing: the mean and the Euclidean norm (`E[x^2]`; under
+    `portable_ops` the mean of the squares)."""
     tf = _tf()
     batch = tf.shape(x)[0]
     channels = x.shape[-1]
@@ -52,9 +78,12 @@ def _group_moments(x, groups: int, epsilon: float):
     else:  # [B, H*W, G, C/G] -> [B, G, H*W*C/G]
         flat = tf.reshape(x, [batch, -1, groups, channels // groups])
         flat = tf.reshape(tf.transpose(flat, [0, 2, 1, 3]), [batch, groups, -1])
-    count = tf.cast(tf.shape(flat)[-1], x.dtype)
     mean = tf.reduce_mean(flat, axis=-1)
-    mean_square = tf.square(tf.math.reduce_euclidean_norm(flat, axis=-1)) / count
+    if _PORTABLE_OPS.get():
+        mean_square = tf.reduce_mean(tf.square(flat), axis=-1)
+    else:
+        count = tf.cast(tf.shape(flat)[-1], x.dtype)
+        mean_square = tf.square(tf.math.reduce_euclidean_norm(flat, axis=-1)) / count
     variance = tf.maximum(mean_square - tf.square(mean), 0.0)
     return mean, tf.math.rsqrt(variance + epsilon)
 
@@ -211,7 +240,8 @@ class ServingModel(keras.Model):
     """Wraps an EfficientNet: the same weights, input and outputs; the fused forward pass.
 
     `predict`, `predict_on_batch` and `export` (a SavedModel with the model's input signature)
-    work as on the model; it is not trainable and not saved as `.keras` (save the model).
+    work as on the model; train and save (`.keras`) the model, not the wrapper. (The wrapper
+    leaves `trainable` alone: Keras would set it on the model, its sublayer, too.)
     """
 
     def __init__(self, model: keras.Model, **kwargs):
@@ -223,7 +253,6 @@ class ServingModel(keras.Model):
                 "(keras_efficientnet.training.export.inference_model(model))")
         self.source = model
         self._layers_in_order = _chain(model)
-        self.trainable = False
         self.built = True  # its layers are the model's, built already
         self.jit_compile = False  # XLA is slower on a TensorFlow CPU (module docstring)
 
@@ -244,8 +273,9 @@ class ServingModel(keras.Model):
 
             spec = self.source.inputs[0]
             input_signature = [tf.TensorSpec(spec.shape, spec.dtype, name="images")]
-        return super().export(filepath, format=format, verbose=verbose,
-                              input_signature=input_signature, **kwargs)
+        with portable_ops():  # traced here: a graph TFLite's converter and tf2onnx take
+            return super().export(filepath, format=format, verbose=verbose,
+                                  input_signature=input_signature, **kwargs)
 
 
 def serving_model(model: keras.Model) -> keras.Model:
@@ -254,3 +284,43 @@ def serving_model(model: keras.Model) -> keras.Model:
     if keras.backend.backend() != "tensorflow":
         return model
     return ServingModel(model)
+
+
+SERVING_CHOICES = ("auto", "on", "off")
+
+
+def has_group_norms(model: keras.Model) -> bool:
+    """Whether any layer of `model` (blocks included) is a GroupNormalization (LayerNorm is
+    GroupNormalization with one group here)."""
+    return any(isinstance(layer, keras.layers.GroupNormalization)
+               for layer in model._flatten_layers(include_self=False, recursive=True))
+
+
+def worth_serving(model: keras.Model) -> bool:
+    """Whether "auto" takes the fused pass for `model`: TensorFlow, float32 compute, LayerNorm
+    or GroupNorm layers, a chain of layers (`serving_model` can wrap it)."""
+    if keras.backend.backend() != "tensorflow" or not has_group_norms(model):
+        return False
+    if keras.dtype_policies.get(model.dtype_policy).compute_dtype != "float32":
+        return False
+    try:
+        _chain(model)
+    except ValueError:
+        return False
+    return True
+
+
+def for_inference(model: keras.Model, serving: str = "auto") -> keras.Model:
+    """The model an inference path runs: `serving_model(model)` or `model` itself.
+
+    `serving`: "auto" (the fused pass where it is faster: TensorFlow, float32, a chain of
+    layers with LayerNorm or GroupNorm), "on" (always; a ValueError where it cannot be built)
+    or "off" (the model's own layers).
+    """
+    if serving not in SERVING_CHOICES:
+        raise ValueError(f"serving={serving!r}: valid values are {', '.join(SERVING_CHOICES)}")
+    if serving == "off" or isinstance(model, ServingModel):
+        return model
+    if serving == "on" or worth_serving(model):
+        return serving_model(model)
+    return model

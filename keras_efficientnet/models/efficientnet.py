@@ -273,9 +273,28 @@ class EfficientNet(keras.Model):
             self._warn_unit_range(args[0])
         return super().__call__(*args, **kwargs)
 
-    def predict(self, x, *args, **kwargs):
+    def predict(self, x, *args, serving: str = "auto", **kwargs):
+        """Keras' `predict`, through the fused forward pass of `keras_efficientnet.serving`
+        where it is faster (`serving="auto"`: LayerNorm/GroupNorm models, float32, on
+        TensorFlow; the same outputs to float32 round-off). `serving="off"` runs Keras' layers,
+        as `predict_on_batch` and calling the model always do; "on" always fuses."""
         self._warn_unit_range(x)
-        return super().predict(x, *args, **kwargs)
+        fast = self._serving_path(serving)
+        if fast is self:
+            return super().predict(x, *args, **kwargs)
+        return fast.predict(x, *args, **kwargs)
+
+    def _serving_path(self, serving: str) -> keras.Model:
+        # One wrapper per model, kept out of Keras' attribute tracking (it is not a sublayer and
+        # holds this model): its traced predict function is reused from call to call.
+        from keras_efficientnet import serving as fused
+
+        if serving not in fused.SERVING_CHOICES or serving == "off" or (
+                serving == "auto" and not fused.worth_serving(self)):
+            return fused.for_inference(self, serving)  # a ValueError for an unknown value
+        if "_serving_model" not in self.__dict__:
+            self.__dict__["_serving_model"] = fused.serving_model(self)
+        return self.__dict__["_serving_model"]
 
     def _warn_unit_range(self, images) -> None:
         # Only host NumPy arrays, where the check is cheap (a device tensor would have to be

@@ -98,9 +98,15 @@ def save_model(model: keras.Model, model_dir: str | os.PathLike,
     return path
 
 
-def export_saved_model(model: keras.Model, export_dir: str | os.PathLike) -> Path:
+def export_saved_model(model: keras.Model, export_dir: str | os.PathLike,
+                       serving: str = "auto") -> Path:
     """Writes a TensorFlow SavedModel whose `serving_default` signature takes the model's
     input (uint8 images `[batch, height, width, 3]`) and returns its output (probabilities).
+
+    Its graph is `serving.for_inference(model, serving)`'s: with "auto" the fused forward pass
+    of `keras_efficientnet.serving` for LayerNorm/GroupNorm models (the same outputs to float32
+    round-off, fewer passes over memory), Keras' layers for the others; "off" keeps Keras'
+    layers for every model.
 
     Atomic: the SavedModel is written into a temporary sibling folder and renamed into place;
     an earlier export of ours there is replaced whole (nothing of it stays), and a directory
@@ -121,10 +127,14 @@ def export_saved_model(model: keras.Model, export_dir: str | os.PathLike) -> Pat
         # a server sends a quarter of the bytes, and TFLite and ONNX converters keep uint8.
         import tensorflow as tf
 
-        model.export(str(tmp), format="tf_saved_model", verbose=False, input_signature=[
+        from keras_efficientnet.serving import for_inference
+
+        served = for_inference(model, serving)
+        served.export(str(tmp), format="tf_saved_model", verbose=False, input_signature=[
             tf.TensorSpec(tuple(model.inputs[0].shape), tf.uint8, name="images")])
         write_atomically(tmp / EXPORT_MARK, json.dumps(
             {"format": "tf_saved_model", "model": model.name,
+             "forward_pass": "fused" if served is not model else "keras",
              "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}))
         private_mode(tmp, 0o755)
         check_export_dir(export_dir)  # again: it may have changed meanwhile

@@ -123,3 +123,126 @@ def test_serving_model_refuses_mixed_precision_and_branching_models():
     branching = keras.Model(inputs, keras.layers.Add()([keras.layers.Dense(4)(inputs), inputs]))
     with pytest.raises(ValueError, match="is not a chain of layers"):
         serving.serving_model(branching)
+
+
+# The package's inference paths (issue 23 point 2): each takes the fused pass by default for
+# the LayerNorm/GroupNorm models and Keras' layers with the opt-out, with the same outputs.
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """A list that grows each time the fused pass is traced (`serving.run_layers`)."""
+    calls = []
+    original = serving.run_layers
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(serving, "run_layers", counting)
+    return calls
+
+
+def test_for_inference_fuses_the_group_norm_models_only():
+    lnpn = perturbed_model("g16-lnpn")
+    bn = ke.EfficientNet.from_preset("efficientnet-tiny-g1-bn", input_shape=(32, 32, 3),
+                                     classes=10)
+    assert isinstance(serving.for_inference(lnpn), serving.ServingModel)
+    assert serving.for_inference(lnpn, "off") is lnpn
+    assert serving.for_inference(bn) is bn  # BatchNorm folds into the convs already
+    assert isinstance(serving.for_inference(bn, "on"), serving.ServingModel)
+    with pytest.raises(ValueError, match="serving='fast': valid values are auto, on, off"):
+        serving.for_inference(lnpn, "fast")
+
+
+def test_model_predict_takes_the_fused_pass_unless_told_not_to(fused_calls):
+    model = perturbed_model("g16-lnpn", classifier_activation=None)
+    weights, config = len(model.weights), model.get_config()
+    trainable = list(model.trainable_weights)
+    x = images(5)
+    expected = model.predict_on_batch(x)  # Keras' layers
+    close_to(model.predict(x, batch_size=2, verbose=0), expected)
+    traced = len(fused_calls)
+    assert traced > 0
+    close_to(model.predict(x, verbose=0), expected)
+    assert len(fused_calls) == traced  # the wrapper and its trace are reused
+    close_to(model.predict(x, verbose=0, serving="off"), expected)
+    assert len(fused_calls) == traced
+    # The cached wrapper is not part of the model and leaves it as it was (trainable).
+    assert len(model.weights) == weights and model.get_config() == config
+    assert model.trainable and len(model.trainable_weights) == len(trainable)
+    with pytest.raises(ValueError, match="valid values are auto, on, off"):
+        model.predict(x, verbose=0, serving="yes")
+
+
+def test_export_dir_saved_model_is_the_fused_pass_and_equals_the_model(tmp_path):
+    import json
+
+    import tensorflow as tf
+
+    from keras_efficientnet.training.export import export_saved_model
+    from keras_efficientnet.training.run_dir import EXPORT_MARK
+
+    model = perturbed_model("g16-lnpn")
+    x = images()
+    expected = model.predict_on_batch(x)
+    for mode, forward_pass in (("auto", "fused"), ("off", "keras")):
+        path = export_saved_model(model, tmp_path / mode, serving=mode)
+        assert json.loads((path / EXPORT_MARK).read_text())["forward_pass"] == forward_pass
+        signature = tf.saved_model.load(str(path)).signatures["serving_default"]
+        assert signature.structured_input_signature[1]["images"].dtype == tf.uint8
+        close_to(signature(images=tf.constant(x))["output_0"].numpy(), expected)
+
+
+@pytest.mark.slow
+def test_the_fused_saved_model_converts_to_tflite(tmp_path):
+    """TFLite's converter has no EuclideanNorm: the export traces with `portable_ops`."""
+    import tensorflow as tf
+
+    from keras_efficientnet.training.export import export_saved_model
+
+    model = perturbed_model("g16-lnpn")
+    x = images()
+    path = export_saved_model(model, tmp_path / "saved")
+    interpreter = tf.lite.Interpreter(
+        model_content=tf.lite.TFLiteConverter.from_saved_model(str(path)).convert())
+    (inputs,), (outputs,) = interpreter.get_input_details(), interpreter.get_output_details()
+    interpreter.resize_tensor_input(inputs["index"], x.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(inputs["index"], x)
+    interpreter.invoke()
+    close_to(interpreter.get_tensor(outputs["index"]), model.predict_on_batch(x))
+
+
+def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, capsys):
+    import json
+
+    import tensorflow as tf
+    from PIL import Image
+
+    from keras_efficientnet import predict
+    from keras_efficientnet.datasets.preprocessing import center_crop
+
+    model = perturbed_model("g16-lnpn")
+    model.save(tmp_path / "model.keras")
+    paths = []
+    for i, image in enumerate(images(3, resolution=40)):
+        paths.append(tmp_path / f"{i}.png")
+        Image.fromarray(image).save(paths[-1])
+    crops = np.stack([center_crop(tf.io.read_file(str(p)), 32).numpy() for p in paths])
+    expected = model.predict_on_batch(crops)
+    assert np.ptp(expected, axis=0).max() > 0.01  # the images score apart
+    for mode in ("auto", "off"):
+        traced = len(fused_calls)
+        out = tmp_path / f"{mode}.jsonl"
+        assert predict.main(["predict", f"--model={tmp_path / 'model.keras'}",
+                             *map(str, paths), f"--serving={mode}", "--top_k=10",
+                             f"--output={out}"]) == 0
+        assert (len(fused_calls) > traced) == (mode == "auto")
+        for record, row in zip(map(json.loads, out.read_text().splitlines()), expected):
+            got = {top["index"]: top["probability"] for top in record["top_k"]}
+            close_to(np.array([got[i] for i in range(10)]), row)
+        close_to(predict.predict(model, paths, 32, serving=mode), expected)
+    capsys.readouterr()
+    assert predict.main(["predict", f"--model={tmp_path / 'model.keras'}", str(paths[0]),
+                         "--serving=fast"]) == 2
+    assert "--serving" in capsys.readouterr().err
