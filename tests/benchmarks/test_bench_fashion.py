@@ -108,6 +108,41 @@ def test_time_rows_are_appended_per_run_and_skipped_on_restart(tmp_path, monkeyp
     assert (tmp_path / "fashion_time.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_an_edited_flagfile_is_a_different_run_but_an_edited_comment_is_not(tmp_path,
+                                                                             monkeypatch):
+    calls = []
+
+    def stand_in(config, bn_batches):
+        calls.append(config.model)
+        return fake_recipe_result(config)
+
+    flags_dir = tmp_path / "flags"
+    flags_dir.mkdir()
+    for name in bench_fashion.RECIPES.values():
+        (flags_dir / name).write_text((bench_fashion.FLAGS_DIR / name).read_text())
+    monkeypatch.setattr(bench_fashion, "FLAGS_DIR", flags_dir)
+    monkeypatch.setattr(bench_fashion, "train_recipe", stand_in)
+    bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
+    gn = flags_dir / "fashion-mnist-g16-gn.flags"
+    gn.write_text("# another measured figure\n" + gn.read_text())
+    bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
+    assert len(calls) == 3  # a comment is not the recipe: every row is kept
+    gn.write_text(gn.read_text().replace("--learning_rate=0.002", "--learning_rate=0.004"))
+    bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
+    assert len(calls) == 6  # the recipes changed: the earlier rows do not stand for them
+
+
+def test_microbatch_keeps_the_regularization_its_rows_ran_with():
+    args = bench_fashion.build_parser().parse_args(["microbatch"])
+    base = bench_fashion.microbatch_base(args)
+    # The rows in benchmarks/results/fashion_microbatch.jsonl ran with these settings, whatever
+    # flags/fashion-mnist-g16-lnpn.flags says now.
+    assert (base.crop_area_min, base.label_smoothing, base.dropout_rate,
+            base.drop_connect_rate) == (0.25, 0.1, 0.1, 0.1)
+    assert base.eval_resize_ratio == pytest.approx(256 / 224)
+    assert (base.train_resolution, base.test_resolution) == (32, 32)
+
+
 def test_time_row_format(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_fashion, "train_recipe", fake_recipe_result)
     bench_fashion.main(time_args(tmp_path, "--seeds", "4"))
@@ -122,8 +157,8 @@ def test_time_row_format(tmp_path, monkeypatch):
         assert row["train_images"] == 1 * 3 * 64 and row["note"] == "test"
     by_variant = {row["variant"]: row for row in rows}
     lnpn = by_variant["G16-LN+PN reduced + fine-tune"]
-    assert (lnpn["resolution"], lnpn["test_resolution"], lnpn["finetune_epochs"]) == (32, 64, 1)
-    assert by_variant[bench_fashion.BASELINE]["resolution"] == 64
+    assert (lnpn["resolution"], lnpn["test_resolution"], lnpn["finetune_epochs"]) == (32, 40, 1)
+    assert by_variant[bench_fashion.BASELINE]["resolution"] == 40
     baseline = by_variant[bench_fashion.BASELINE]
     assert baseline["finetune_epochs"] == 0
     assert (baseline["top1_moving_averages"], baseline["bn_seconds"]) == (0.1, 0.5)
