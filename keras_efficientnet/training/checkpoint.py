@@ -107,12 +107,17 @@ def nbytes(arrays) -> int:
     return total
 
 
-def _copy_flushed(source: Path, target: Path) -> None:
+def _copy_flushed(source: Path, target: Path) -> str:
     """A copy of `source` at `target`, flushed to disk (a copy, not a hard link: damage done
-    to one file in place must not reach the other)."""
-    shutil.copyfile(source, target)
-    with open(target, "rb+") as f:
-        os.fsync(f.fileno())
+    to one file in place must not reach the other); returns the SHA-256 of the bytes copied."""
+    digest = hashlib.sha256()
+    with open(source, "rb") as read, open(target, "wb") as write:
+        for block in iter(lambda: read.read(1 << 20), b""):
+            digest.update(block)
+            write.write(block)
+        write.flush()
+        os.fsync(write.fileno())
+    return digest.hexdigest()
 
 
 def _save_arrays(path: Path, arrays) -> None:
@@ -155,7 +160,7 @@ def read_manifest(folder: str | os.PathLike) -> dict:
     return manifest
 
 
-def _file_problem(folder: Path, name: str, expected) -> str | None:
+def _file_problem(folder: Path, name: str, expected, digest: str | None = None) -> str | None:
     path = folder / name
     try:
         mode = os.lstat(path).st_mode
@@ -168,16 +173,17 @@ def _file_problem(folder: Path, name: str, expected) -> str | None:
     size = os.stat(path).st_size
     if size != expected.get("size"):
         return f"{name} has {size} bytes, the manifest says {expected.get('size')}"
-    if _sha256(path) != expected.get("sha256"):
+    if (digest or _sha256(path)) != expected.get("sha256"):
         return f"{name} does not match its SHA-256 in the manifest (changed after writing)"
     return None
 
 
-def verify(folder: str | os.PathLike, position: tuple[int, int] | None = None) -> str | None:
+def verify(folder: str | os.PathLike, position: tuple[int, int] | None = None,
+           digests: dict[str, str] | None = None) -> str | None:
     """Why a checkpoint folder cannot be trusted (a file missing, resized, changed or
     unlisted, or the manifest unreadable or written for another position), or None when it is
-    intact. Reads every file once. `position`: (epochs, batches) the manifest must state;
-    default the folder's name's."""
+    intact. Reads every file once, or not at all where `digests` (name: SHA-256) gives its
+    hash. `position`: (epochs, batches) the manifest must state; default the folder's name's."""
     folder = Path(folder)
     try:
         manifest = read_manifest(folder)
@@ -190,7 +196,7 @@ def verify(folder: str | os.PathLike, position: tuple[int, int] | None = None) -
                 f"{manifest.get('batch')}, not for this folder's position")
     listed = manifest["files"]
     for name in sorted(listed):
-        problem = _file_problem(folder, name, listed[name])
+        problem = _file_problem(folder, name, listed[name], (digests or {}).get(name))
         if problem:
             return problem
     extra = sorted(p.name for p in folder.iterdir() if p.name not in listed
@@ -388,13 +394,7 @@ class CheckpointManager:
                 f.flush()
                 os.fsync(f.fileno())
             write_manifest(tmp, epoch, batch, healthy)  # last: it describes the rest
-            _fsync_dir(tmp)
-            if final.exists():  # re-running a position: the new one replaces it
-                trash = Path(tempfile.mkdtemp(dir=self.directory, prefix=".trash-"))
-                os.replace(final, trash / final.name)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.replace(tmp, final)
-            _fsync_dir(self.directory)
+            self._swap_in(tmp, final)  # re-running a position: the new one replaces it
             if healthy:
                 write_atomically(self.directory / LATEST, final.name)
         except BaseException as error:
@@ -410,25 +410,21 @@ class CheckpointManager:
         temporary folder, flushed, then renamed over the previous best. Raises
         CheckpointWriteError when the disk refuses (the previous best is then intact)."""
         source, final = Path(checkpoint), self.directory / BEST
-        problem = verify(source)
-        if problem:
-            raise ValueError(f"not keeping {source} as the best checkpoint: {problem}")
+        # Its regular files (`verify` names anything else, or a missing folder's manifest).
+        files = ([p for p in sorted(source.iterdir()) if stat.S_ISREG(os.lstat(p).st_mode)]
+                 if source.is_dir() else [])
         try:
-            atomic.require_space(self.directory, sum(p.stat().st_size
-                                                     for p in source.iterdir()))
+            atomic.require_space(self.directory, sum(p.stat().st_size for p in files))
             tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".tmp-{BEST}-"))
         except OSError as error:
             raise self._write_error(final, error) from None
         try:
-            for path in sorted(source.iterdir()):
-                _copy_flushed(path, tmp / path.name)
-            _fsync_dir(tmp)
-            if os.path.lexists(final):
-                trash = Path(tempfile.mkdtemp(dir=self.directory, prefix=".trash-"))
-                os.replace(final, trash / BEST)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.replace(tmp, final)
-            _fsync_dir(self.directory)
+            # Hashed as copied (save() read the source moments ago: one more read, not two).
+            digests = {p.name: _copy_flushed(p, tmp / p.name) for p in files}
+            problem = verify(source, digests=digests)
+            if problem:
+                raise ValueError(f"not keeping {source} as the best checkpoint: {problem}")
+            self._swap_in(tmp, final)
         except BaseException as error:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(error, OSError):
@@ -443,6 +439,17 @@ class CheckpointManager:
         if best.is_symlink() or not best.is_dir():
             return f"{best} is {'a link' if best.is_symlink() else 'missing or not a folder'}"
         return verify(best, position=(epoch, 0))
+
+    def _swap_in(self, tmp: Path, final: Path) -> None:
+        """Renames the written folder `tmp` to `final` (flushed both), first moving a previous
+        `final` (a link too) aside and deleting it."""
+        _fsync_dir(tmp)
+        if os.path.lexists(final):
+            trash = Path(tempfile.mkdtemp(dir=self.directory, prefix=".trash-"))
+            os.replace(final, trash / final.name)
+            shutil.rmtree(trash, ignore_errors=True)
+        os.replace(tmp, final)
+        _fsync_dir(self.directory)
 
     def _write_error(self, final: Path, error: OSError) -> CheckpointWriteError:
         latest = self.latest()

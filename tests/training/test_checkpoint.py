@@ -130,3 +130,32 @@ def test_the_best_copy_survives_rotation_is_verified_and_is_never_resumed(tmp_pa
         f.write(b"x")
     assert "bytes" in manager.verify_best(3)
     assert not [p for p in os.listdir(tmp_path) if p.startswith((".tmp-", ".trash-"))]
+
+
+def test_keep_best_reads_the_source_once_and_refuses_a_damaged_or_linked_one(tmp_path,
+                                                                          monkeypatch):
+    from keras_efficientnet.training import checkpoint
+    from keras_efficientnet.training.checkpoint import BEST, WEIGHTS, verify
+
+    manager = CheckpointManager(tmp_path, keep=5)
+    first = manager.save(1, _model())
+    hashed = []
+    sha256 = checkpoint._sha256
+    monkeypatch.setattr(checkpoint, "_sha256", lambda path: hashed.append(path) or sha256(path))
+    manager.keep_best(first)
+    assert hashed == []  # hashed while copying: no separate read to verify
+    monkeypatch.undo()
+    assert verify(tmp_path / BEST, position=(1, 0)) is None
+    copied = (tmp_path / BEST / WEIGHTS).read_bytes()
+    second = manager.save(2, _model(seed=1))
+    with open(second / WEIGHTS, "r+b") as f:  # changed after save() wrote its manifest
+        f.seek(100)
+        f.write(b"\xff\xfe")
+    with pytest.raises(ValueError, match=r"model\.weights\.h5 does not match its SHA-256"):
+        manager.keep_best(second)
+    (second / WEIGHTS).unlink()
+    (second / WEIGHTS).symlink_to(first / WEIGHTS)
+    with pytest.raises(ValueError, match="not a regular file"):
+        manager.keep_best(second)
+    assert (tmp_path / BEST / WEIGHTS).read_bytes() == copied  # the previous best stands
+    assert not [p for p in os.listdir(tmp_path) if p.startswith((".tmp-", ".trash-"))]
