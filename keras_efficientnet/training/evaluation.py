@@ -11,13 +11,14 @@ from keras_efficientnet.training.validation import BEST_MODEL_FILE
 log = logging.getLogger("keras_efficientnet")
 
 
-def load_model_file(model, path: Path, config) -> None:
+def load_model_file(model, path: Path, config, named: str | None = None) -> None:
     """Loads the weights of a `.keras` file written by a run (its softmax copy: the same
-    variables as the trainer's model) into `model`; a one-line ValueError when they differ."""
+    variables as the trainer's model), or a weights file, into `model`; a one-line ValueError
+    naming it (`named`, default its path) when they differ."""
     try:
         model.load_weights(path)
-    except ValueError as error:
-        raise ValueError(f"{path} does not fit --model={config.model} with "
+    except ValueError as error:  # Keras prints the tensors: keep its first line
+        raise ValueError(f"{named or path} does not fit --model={config.model} with "
                          f"{model.output_shape[-1]} classes: "
                          f"{str(error).strip().splitlines()[0]}") from None
 

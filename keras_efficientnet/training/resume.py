@@ -11,6 +11,7 @@ import keras
 from keras_efficientnet.training.builders import use_one_hot
 from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
+from keras_efficientnet.training.evaluation import load_model_file
 from keras_efficientnet.training.optimizer_state import SlotAverage
 
 
@@ -23,14 +24,12 @@ def check_architecture(saved: dict, config: TrainConfig, where: Path) -> None:
             f"{'; '.join(differing)}. Use another --model_dir, or --noresume to start afresh.")
 
 
-
 def check_classes(saved: dict, num_classes: int, config: TrainConfig, where: Path) -> None:
     if saved.get("num_classes", num_classes) != num_classes:
         raise ValueError(
             f"the checkpoint in {where} was trained on {saved['num_classes']} classes but "
             f"--dataset={config.dataset} has {num_classes}. Use another --model_dir, or "
             "--noresume to start afresh (the earlier run is moved to model_dir/previous/).")
-
 
 
 def resume_point(config: TrainConfig, manager: CheckpointManager, num_classes: int,
@@ -44,7 +43,6 @@ def resume_point(config: TrainConfig, manager: CheckpointManager, num_classes: i
     check_architecture(saved["config"], config, latest)
     check_classes(saved, num_classes, config, latest)
     return latest
-
 
 
 def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = True,
@@ -82,14 +80,8 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
     if not path.is_file():
         raise ValueError(f"--init_checkpoint={source!r} is neither a checkpoint folder nor a "
                          f"{WEIGHTS!r}-style weights file")
-    try:
-        model.load_weights(path)
-    except ValueError as error:  # Keras prints the tensors: keep its first line
-        raise ValueError(f"--init_checkpoint={source!r} does not fit --model={config.model} "
-                         f"with {model.output_shape[-1]} classes: "
-                         f"{str(error).strip().splitlines()[0]}") from None
+    load_model_file(model, path, config, named=f"--init_checkpoint={source!r}")
     return str(path)
-
 
 
 def build_metrics(model: keras.Model, config: TrainConfig, resolution: int,
@@ -101,7 +93,6 @@ def build_metrics(model: keras.Model, config: TrainConfig, resolution: int,
     y = (keras.ops.zeros((1, num_classes)) if use_one_hot(config)
          else keras.ops.zeros((1,), "int32"))
     model.compute_metrics(x, y, model(x, training=False))
-
 
 
 @contextlib.contextmanager

@@ -1,0 +1,40 @@
+"""training.resume: the weights of --init_checkpoint, and the one line when they do not fit."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_efficientnet.training import TrainConfig
+from keras_efficientnet.training.builders import build_model
+from keras_efficientnet.training.evaluation import load_model_file
+from keras_efficientnet.training.resume import load_weights_for
+
+pytestmark = pytest.mark.tf_only
+TINY = "efficientnet-tiny-g16-lnpn"
+
+
+def test_a_weights_file_loads_and_one_of_another_class_count_is_one_line(tmp_path):
+    keras.utils.set_random_seed(0)
+    donor = build_model(TrainConfig(model=TINY), 32, 3)
+    donor.save_weights(tmp_path / "donor.weights.h5")
+    config = TrainConfig(model=TINY, init_checkpoint=str(tmp_path / "donor.weights.h5"),
+                         mode="evaluate")
+    same = build_model(config, 32, 3)
+    assert load_weights_for(config, same) == str(tmp_path / "donor.weights.h5")
+    for got, want in zip(same.get_weights(), donor.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    other = build_model(config, 32, 5)
+    with pytest.raises(ValueError) as error:
+        load_weights_for(config, other)
+    line = str(error.value)
+    assert line.startswith(f"--init_checkpoint={str(tmp_path / 'donor.weights.h5')!r} does not "
+                           f"fit --model={TINY} with 5 classes: ")
+    assert "\n" not in line and len(line) < 400
+    # The --mode=evaluate loader says the same, naming the file.
+    with pytest.raises(ValueError) as same_error:
+        load_model_file(other, tmp_path / "donor.weights.h5", config)
+    assert str(same_error.value) == line.replace(
+        f"--init_checkpoint={str(tmp_path / 'donor.weights.h5')!r}",
+        str(tmp_path / "donor.weights.h5"))
