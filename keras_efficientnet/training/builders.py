@@ -149,13 +149,17 @@ def build_datasets(config: TrainConfig, resolution: int, *, training: bool, spli
     return datasets.make_dataset(options, input_context=input_context, skip_counter=skip_counter)
 
 
-def class_names(config: TrainConfig) -> tuple[str, ...] | None:
-    """The class names of the configured source, in label order, where it records them."""
+def split_info(config: TrainConfig, split: str):
+    """The `datasets.DatasetInfo` (size, classes) of `split` of the configured source."""
     from keras_efficientnet import datasets
 
-    return datasets.dataset_info(config.dataset, config.eval_split,
-                                 allow_empty_classes=config.allow_empty_classes,
-                                 data_dir=config.data_dir or None).class_names
+    return datasets.dataset_info(config.dataset, split, data_dir=config.data_dir or None,
+                                 allow_empty_classes=config.allow_empty_classes)
+
+
+def class_names(config: TrainConfig) -> tuple[str, ...] | None:
+    """The class names of the configured source, in label order, where it records them."""
+    return split_info(config, config.eval_split).class_names
 
 
 def save_outputs(config: TrainConfig, model: keras.Model) -> dict:
@@ -172,15 +176,15 @@ def save_outputs(config: TrainConfig, model: keras.Model) -> dict:
 
 def dataset_facts(config: TrainConfig) -> tuple[int, int, int]:
     """(train examples, eval examples, classes) of the configured source."""
-    from keras_efficientnet import datasets
-
-    data_dir = config.data_dir or None
-    allow = config.allow_empty_classes
-    train = datasets.dataset_info(config.dataset, config.train_split, data_dir=data_dir,
-                                  allow_empty_classes=allow)
-    held_out = datasets.dataset_info(config.dataset, config.eval_split, data_dir=data_dir,
-                                     allow_empty_classes=allow)
+    train = split_info(config, config.train_split)
+    held_out = split_info(config, config.eval_split)
     return train.num_examples, held_out.num_examples, train.num_classes
+
+
+def evaluation_steps(config: TrainConfig, eval_examples: int) -> int:
+    """Batches that score the held-out split: --eval_steps, else all `eval_examples` (counted,
+    which keeps Keras from warning that a finite dataset "ran out of data")."""
+    return config.eval_steps or -(-eval_examples // config.plan.examples_per_forward_pass)
 
 
 @contextlib.contextmanager
@@ -213,5 +217,6 @@ def reporting_data_errors(skip_counter):
 
 
 __all__ = ["build_datasets", "build_model", "build_optimizer", "class_names", "compile_model",
-           "dataset_facts", "evaluate", "input_options", "lr_schedule", "precision_policy",
-           "reporting_data_errors", "resolutions", "save_outputs", "use_one_hot"]
+           "dataset_facts", "evaluate", "evaluation_steps", "input_options", "lr_schedule",
+           "precision_policy", "reporting_data_errors", "resolutions", "save_outputs",
+           "split_info", "use_one_hot"]

@@ -22,6 +22,7 @@ from keras_efficientnet.training.builders import (
     compile_model,
     dataset_facts,
     evaluate,
+    evaluation_steps,
     input_options,
     lr_schedule,
     precision_policy,
@@ -120,9 +121,7 @@ class _Run:
         self.slots: list = []
         self.train_examples, eval_examples, self.num_classes = dataset_facts(config)
         self.test_res = resolutions(config)[1]
-        # Counting the batches keeps Keras from warning that a finite dataset "ran out of data".
-        self.eval_steps = config.eval_steps or -(
-            -eval_examples // config.plan.examples_per_forward_pass)
+        self.eval_steps = evaluation_steps(config, eval_examples)
         self.results = {
             "mode": config.mode, "model": config.model, "dataset": config.dataset,
             "global_batch_size": config.global_batch_size, "num_classes": self.num_classes,
@@ -139,7 +138,8 @@ class _Run:
                 return model, load_evaluated_weights(config, model)
             return model, load_weights_for(config, model, slots=self.slots)
         trained = train(config, self.num_classes, self.train_examples, runtime=self.runtime,
-                        skip_counter=self.skipped, watch=self.session.watch)
+                        skip_counter=self.skipped, watch=self.session.watch,
+                        eval_steps=self.eval_steps)
         model, checkpoint = trained["model"], trained["checkpoint"]
         self.slots = ((trained["average"] and trained["average"].slots(model))
                       or read_slots(model.optimizer))
@@ -209,7 +209,7 @@ class _Run:
 
 def train(config: TrainConfig, num_classes: int, train_examples: int,
           extra_callbacks: list | None = None, runtime=None, skip_counter=None,
-          watch: SignalWatch | None = None) -> dict:
+          watch: SignalWatch | None = None, eval_steps: int | None = None) -> dict:
     """Trains at the training resolution with checkpoints and resume; returns a summary.
 
     Resumes from the newest healthy checkpoint in model_dir (unless `--noresume`), also from
@@ -221,7 +221,8 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     `extra_callbacks` run after the checkpoint is written at each epoch's end. `runtime`
     (default: one device) places the model and runs the steps; only its chief process writes
     checkpoints and TensorBoard logs. `watch` is the run's `SignalWatch` (its `RunSession`'s);
-    without one, this call installs its own for its length.
+    without one, this call installs its own for its length. `eval_steps`: the batches each
+    validation scores (the caller's count; default --eval_steps, else the split is counted).
     """
     runtime = runtime if runtime is not None else OneDevice(config.plan)
     plan = config.plan
@@ -236,7 +237,8 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
                if config.weight_average_decay > 0 else None)
     throughput = Throughput(plan.examples_per_step_call, plan.step_calls_per_execution)
     with contextlib.nullcontext(watch) if watch is not None else SignalWatch() as watch:
-        validation = (Validation(config, num_classes, config.eval_steps or None, skip_counter)
+        validation = (Validation(config, num_classes, eval_steps or config.eval_steps or None,
+                                 skip_counter)
                       if config.eval_every and runtime.is_chief else None)
         guards, checkpointer = _train_callbacks(
             config, runtime, manager, state, step_calls=step_calls, num_classes=num_classes,

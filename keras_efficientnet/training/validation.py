@@ -91,14 +91,15 @@ class Validation:
             build_datasets,
             build_model,
             compile_model,
-            dataset_facts,
+            evaluation_steps,
             resolutions,
+            split_info,
         )
 
         config, resolution = self.config, resolutions(self.config)[1]
-        if self.steps is None:  # the whole split, counted (Keras warns at an unknown end)
-            examples = dataset_facts(config)[1]
-            self.steps = -(-examples // config.plan.examples_per_forward_pass)
+        if self.steps is None:  # not given: the held-out split alone is counted
+            self.steps = evaluation_steps(config, split_info(config, config.eval_split)
+                                          .num_examples)
         self._copy = build_model(config, resolution, self.num_classes)
         compile_model(self._copy, "sgd", config, self.num_classes)
         self._data = build_datasets(config, resolution, training=False,

@@ -41,6 +41,28 @@ def run(tmp_path_factory):
     return run_dir
 
 
+def test_without_eval_steps_validation_counts_the_held_out_split_alone(tmp_path, monkeypatch):
+    from keras_efficientnet import datasets
+    from keras_efficientnet.training.validation import Validation
+
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="digits",
+                         test_resolution=32, micro_batch_size=16, eval_steps=0,
+                         model_dir=str(tmp_path))
+    asked = []
+    dataset_info = datasets.dataset_info
+    monkeypatch.setattr(datasets, "dataset_info", lambda source, split, **kwargs: (
+        asked.append(split) or dataset_info(source, split, **kwargs)))
+    validation = Validation(config, 10, None)
+    validation._build()
+    examples = dataset_info("digits", "validation").num_examples
+    assert asked == ["validation"]  # not the training split too
+    assert validation.steps == -(-examples // config.plan.examples_per_forward_pass)
+    # Given the trainer's count, it counts nothing.
+    asked.clear()
+    Validation(config, 10, 7)._build()
+    assert asked == []
+
+
 def test_metrics_csv_history_and_tensorboard(run):
     rows = read_metrics(run / "metrics.csv")
     assert [row["epoch"] for row in rows] == [1, 2, 3]
