@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -129,6 +130,33 @@ def check_readable(files: list[str], where: str) -> None:
                          f"tf.train.Example (data/folder_to_tfrecord.py writes them)")
 
 
+# Record counts of splits without a dataset_info.json, by (path, size, modification time) of
+# every shard: a run asks a split's size, then opens it, and a count reads every record.
+_COUNTS: dict[tuple, int] = {}
+_COUNTS_LOCK = threading.Lock()
+MAX_COUNTS = 4
+
+
+def count_records(files: list[str]) -> int:
+    """The readable records of `files` (a damaged shard counts up to where it stops), counted
+    once while no shard changes size or modification time."""
+    key = tuple((f, stat.length, stat.mtime_nsec)
+                for f, stat in zip(files, map(tf.io.gfile.stat, files)))
+    with _COUNTS_LOCK:
+        if key in _COUNTS:
+            return _COUNTS[key]
+    log.warning("No %s beside %s: counting the records of %d files (reads them all)",
+                TFRECORD_INFO_FILE, files[0], len(files))
+    readable = tf.data.Dataset.from_tensor_slices(files).flat_map(
+        lambda f: tf.data.TFRecordDataset(f).ignore_errors())
+    count = int(readable.reduce(np.int64(0), lambda n, _: n + 1))
+    with _COUNTS_LOCK:
+        _COUNTS[key] = count
+        while len(_COUNTS) > MAX_COUNTS:
+            _COUNTS.pop(next(iter(_COUNTS)))
+    return count
+
+
 class TFRecordReader(Reader):
     """Reads `tfrecord:PATTERN`: split sizes and class names from the dataset_info.json beside
     the shards (else the records are counted, and `num_classes` must be given for one-hot
@@ -151,13 +179,7 @@ class TFRecordReader(Reader):
                 return DatasetInfo(self.source, split, count,
                                    len(names) if names else self.num_classes,
                                    tuple(names) if names else None)
-        log.warning("No %s beside %s: counting the records of %d files (reads them all)",
-                    TFRECORD_INFO_FILE, files[0], len(files))
-        # Readable records only: a damaged shard is counted up to where it stops.
-        readable = tf.data.Dataset.from_tensor_slices(files).flat_map(
-            lambda f: tf.data.TFRecordDataset(f).ignore_errors())
-        count = int(readable.reduce(np.int64(0), lambda n, _: n + 1))
-        return DatasetInfo(self.source, split, count, self.num_classes, None)
+        return DatasetInfo(self.source, split, count_records(files), self.num_classes, None)
 
     def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
                 image_size=224) -> Records:

@@ -53,6 +53,26 @@ def test_folder_to_tfrecord_round_trip(folder, tmp_path, capsys):
         np.testing.assert_array_equal(labels, folder.labels(split)[index])
 
 
+def test_without_dataset_info_a_split_is_counted_once_until_a_shard_changes(folder, tmp_path,
+                                                                            caplog):
+    out = tmp_path / "records"
+    load_cli().convert(folder.root, str(out), splits=["train"], images_per_shard=5)
+    (out / sources.TFRECORD_INFO_FILE).unlink()
+    source = f"tfrecord:{out}"
+    with caplog.at_level("WARNING", logger="keras_efficientnet.datasets.sources.tfrecord"):
+        assert dataset_info(source, "train", num_classes=3).num_examples == 12
+        images, _ = collect(make_dataset(source, "train", image_size=8, batch_size=5,
+                                         training=False, num_classes=3))
+        assert len(images) == 12
+        counted = [r for r in caplog.records if "counting the records" in r.getMessage()]
+        assert len(counted) == 1  # the size, then the read: one count
+        shards = sorted(out.glob("train-*"))  # 5 + 4 + 3 records, in some order
+        removed = sum(1 for _ in tf.data.TFRecordDataset(str(shards[0])))
+        shards[0].unlink()
+        assert dataset_info(f"tfrecord:{out}/train-*", "train").num_examples == 12 - removed
+        assert len([r for r in caplog.records if "counting the records" in r.getMessage()]) == 2
+
+
 def test_tfrecord_patterns_and_label_offset(folder, tmp_path):
     out = str(tmp_path / "records")
     load_cli().convert(folder.root, out, splits=["validation"], images_per_shard=100)
