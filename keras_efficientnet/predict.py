@@ -24,10 +24,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO
+from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO, IMAGE_EXTENSIONS
 
 CLASS_NAMES_FILE = "class_names.json"  # as keras_efficientnet.training.export writes it
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 # The first bytes of each format TensorFlow's decode_image reads.
 IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
 OUTPUT_SUFFIXES = (".csv", ".jsonl")
@@ -117,9 +116,9 @@ def expand_paths(paths: list[str]) -> list[Path]:
     for path in map(Path, paths):
         if path.is_dir():
             found = sorted(p for p in path.rglob("*")
-                           if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+                           if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
             if not found:
-                raise BadInput(f"{path}: folder holds no {', '.join(IMAGE_SUFFIXES)} files")
+                raise BadInput(f"{path}: folder holds no {', '.join(IMAGE_EXTENSIONS)} files")
             files.extend(found)
         elif path.is_file():
             files.append(path)

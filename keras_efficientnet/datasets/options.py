@@ -20,6 +20,8 @@ ASPECT_RANGE = (3.0 / 4.0, 4.0 / 3.0)
 # Evaluation resizes the short side to image_size * 256 / 224, then centre-crops image_size
 # (the ImageNet convention; the one place this ratio is written).
 EVAL_RESIZE_RATIO = 256.0 / 224.0
+# Files an image folder (and `predict`'s folder argument) may hold, compared lower-case.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 CUTMIX_VERSIONS = (1, 2)
 
 

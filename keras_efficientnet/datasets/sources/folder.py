@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_efficientnet.datasets.options import IMAGE_EXTENSIONS  # anything else: not listed
 from keras_efficientnet.datasets.sources.base import DatasetInfo, Reader, Records
 
 log = logging.getLogger(__name__)
 
-# Files an image folder may hold (compared lower-case); anything else in it is not listed.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 # Seed of the fixed order in which unshuffled (evaluation) reads list an image folder.
 EVAL_ORDER_SEED = 20210607
 # A listing is reused (a run asks for a split's size first, then reads it) only while every
@@ -169,16 +168,17 @@ class FolderReader(Reader):
     def root(self) -> str | os.PathLike:
         return self.argument
 
-    def info(self, split: str) -> DatasetInfo:
-        listing = folder_listing(self.root(), split, self.allow_empty_classes)
+    def _info(self, split: str, listing: Listing) -> DatasetInfo:
         return DatasetInfo(self.source, split, len(listing.paths), len(listing.classes),
                            listing.classes)
+
+    def info(self, split: str) -> DatasetInfo:
+        return self._info(split, folder_listing(self.root(), split, self.allow_empty_classes))
 
     def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
                 image_size=224) -> Records:
         listing = folder_listing(self.root(), split, self.allow_empty_classes)
-        info = DatasetInfo(self.source, split, len(listing.paths), len(listing.classes),
-                           listing.classes)
+        info = self._info(split, listing)
         paths, labels = list(listing.paths), np.asarray(listing.labels, np.int32)
         if not shuffle_files:
             # The listing is sorted by class: its first N files are one or two classes. A fixed

@@ -80,3 +80,11 @@ def test_a_folder_changed_just_before_listing_is_listed_again(folder, monkeypatc
     dataset_info(f"folder:{folder.root}", "train")
     dataset_info(f"folder:{folder.root}", "train")
     assert len(walks) == 6
+
+
+def test_predict_and_the_folder_source_take_the_same_image_files():
+    from keras_efficientnet import predict
+    from keras_efficientnet.datasets import options
+    from keras_efficientnet.datasets.sources import folder
+
+    assert predict.IMAGE_EXTENSIONS is options.IMAGE_EXTENSIONS is folder.IMAGE_EXTENSIONS
