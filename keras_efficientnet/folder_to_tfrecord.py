@@ -22,7 +22,8 @@ import sys
 
 import tensorflow as tf
 
-from keras_efficientnet.datasets import sources
+from keras_efficientnet.atomic import write_atomically
+from keras_efficientnet.datasets import preprocessing, sources
 
 
 def _bytes_feature(value: bytes) -> tf.train.Feature:
@@ -35,7 +36,7 @@ def _int_feature(value: int) -> tf.train.Feature:
 
 def _readable(data: bytes) -> bool:
     try:
-        tf.io.decode_image(data, channels=3, expand_animations=False)
+        preprocessing.decode(data)  # what the pipeline does with it
         return True
     except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
         return False
@@ -100,8 +101,7 @@ def convert(input_dir: str, output_dir: str, splits: list[str] | None = None,
                                  "num_shards": num_shards, "skipped": skipped}
         print(f"{split}: {len(items) - len(skipped)} images in {num_shards} shards "
               f"({len(skipped)} skipped) -> {output_dir}")
-    with open(info_path, "w") as f:
-        json.dump(info, f, indent=1)
+    write_atomically(info_path, json.dumps(info, indent=1))  # never a truncated file
     return info
 
 

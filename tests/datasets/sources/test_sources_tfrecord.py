@@ -73,6 +73,28 @@ def test_without_dataset_info_a_split_is_counted_once_until_a_shard_changes(fold
         assert len([r for r in caplog.records if "counting the records" in r.getMessage()]) == 2
 
 
+def test_a_refused_write_leaves_the_previous_dataset_info_whole(folder, tmp_path,
+                                                                 monkeypatch):
+    import errno
+
+    from keras_efficientnet import atomic
+
+    out = tmp_path / "records"
+    cli = load_cli()
+    cli.convert(folder.root, str(out), splits=["validation"], images_per_shard=100)
+    before = (out / sources.TFRECORD_INFO_FILE).read_text()
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "replace", full)  # the disk fills at the rename
+    with pytest.raises(OSError, match="No space left on device"):
+        cli.convert(folder.root, str(out), splits=["train"], images_per_shard=100)
+    assert (out / sources.TFRECORD_INFO_FILE).read_text() == before
+    assert json.loads(before)["splits"].keys() == {"validation"}
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
 def test_tfrecord_patterns_and_label_offset(folder, tmp_path):
     out = str(tmp_path / "records")
     load_cli().convert(folder.root, out, splits=["validation"], images_per_shard=100)
