@@ -24,8 +24,12 @@ KERAS_APPS = {
 }
 
 
+# B5-B7 (the largest builds, 20-50 s each on 2 cores) in `make test-slow`; B5's scaling is also
+# checked in the default suite by the G16 count below.
 @JAX_CPU_SLOW
-@pytest.mark.parametrize("variant", list(KERAS_APPS))
+@pytest.mark.parametrize("variant", [
+    pytest.param(variant, marks=[pytest.mark.slow] if variant in ("b5", "b6", "b7") else [])
+    for variant in KERAS_APPS])
 def test_g1_batchnorm_trainable_parameters_equal_keras_applications(variant):
     ours = ke.EfficientNet(variant, input_shape=(64, 64, 3))
     reference = KERAS_APPS[variant](weights=None, input_shape=(64, 64, 3))

@@ -27,7 +27,9 @@ def test_keras_file_round_trip_in_safe_mode(tmp_path, kwargs):
 
 
 def test_model_config_round_trip():
-    model = ke.EfficientNet.from_preset("efficientnet-b0-g16-gn", input_shape=(None, None, 3),
+    # The tiny variant with the G16-GN preset's arguments: the same config keys as B0's, built
+    # in a fraction of the time (B0's build took 10 s under JAX).
+    model = ke.EfficientNet.from_preset("efficientnet-tiny-g16-gn", input_shape=(None, None, 3),
                                         classes=3)
     clone = ke.EfficientNet.from_config(model.get_config())
     assert clone.get_config() == model.get_config()

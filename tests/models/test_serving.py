@@ -60,8 +60,15 @@ def test_serving_model_equals_the_model(family):
     close_to(fast.predict(x, batch_size=2, verbose=0), expected)
 
 
-def test_serving_model_probabilities_equal_the_model_to_1e_5():
-    model = perturbed_model("g16-lnpn")  # softmax classifier, as exported
+@pytest.fixture(scope="module")
+def lnpn():
+    """The perturbed tiny G16-LN+PN with a softmax classifier (as exported), shared: its Keras
+    predict function is traced once for the tests below."""
+    return perturbed_model("g16-lnpn")
+
+
+def test_serving_model_probabilities_equal_the_model_to_1e_5(lnpn):
+    model = lnpn
     x = images()
     np.testing.assert_allclose(serving.serving_model(model).predict_on_batch(x),
                                model.predict_on_batch(x), rtol=0, atol=1e-5)
@@ -96,10 +103,11 @@ def test_fused_norm_matches_layer_norm_then_proxy_norm_by_hand():
     np.testing.assert_allclose(y, expected, rtol=0, atol=2e-5)
 
 
-def test_exported_saved_model_serves_the_fused_pass(tmp_path):
+@pytest.mark.slow  # export_saved_model's test below exports through it with a uint8 signature
+def test_exported_saved_model_serves_the_fused_pass(tmp_path, lnpn):
     import tensorflow as tf
 
-    model = perturbed_model("g16-lnpn")
+    model = lnpn
     x = images()
     serving.serving_model(model).export(str(tmp_path / "saved"), verbose=False)
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
@@ -142,8 +150,7 @@ def fused_calls(monkeypatch):
     return calls
 
 
-def test_for_inference_fuses_the_group_norm_models_only():
-    lnpn = perturbed_model("g16-lnpn")
+def test_for_inference_fuses_the_group_norm_models_only(lnpn):
     bn = ke.EfficientNet.from_preset("efficientnet-tiny-g1-bn", input_shape=(32, 32, 3),
                                      classes=10)
     assert isinstance(serving.for_inference(lnpn), serving.ServingModel)
@@ -155,7 +162,7 @@ def test_for_inference_fuses_the_group_norm_models_only():
 
 
 def test_model_predict_takes_the_fused_pass_unless_told_not_to(fused_calls):
-    model = perturbed_model("g16-lnpn", classifier_activation=None)
+    model = perturbed_model("g16-lnpn", classifier_activation=None)  # its own: it caches
     weights, config = len(model.weights), model.get_config()
     trainable = list(model.trainable_weights)
     x = images(5)
@@ -174,7 +181,7 @@ def test_model_predict_takes_the_fused_pass_unless_told_not_to(fused_calls):
         model.predict(x, verbose=0, serving="yes")
 
 
-def test_export_dir_saved_model_is_the_fused_pass_and_equals_the_model(tmp_path):
+def test_export_dir_saved_model_is_the_fused_pass_and_equals_the_model(tmp_path, lnpn):
     import json
 
     import tensorflow as tf
@@ -182,26 +189,33 @@ def test_export_dir_saved_model_is_the_fused_pass_and_equals_the_model(tmp_path)
     from keras_efficientnet.training.export import export_saved_model
     from keras_efficientnet.training.run_dir import EXPORT_MARK
 
-    model = perturbed_model("g16-lnpn")
+    model = lnpn
     x = images()
     expected = model.predict_on_batch(x)
-    for mode, forward_pass in (("auto", "fused"), ("off", "keras")):
-        path = export_saved_model(model, tmp_path / mode, serving=mode)
-        assert json.loads((path / EXPORT_MARK).read_text())["forward_pass"] == forward_pass
-        signature = tf.saved_model.load(str(path)).signatures["serving_default"]
-        assert signature.structured_input_signature[1]["images"].dtype == tf.uint8
-        close_to(signature(images=tf.constant(x))["output_0"].numpy(), expected)
+    path = export_saved_model(model, tmp_path / "saved")
+    assert json.loads((path / EXPORT_MARK).read_text())["forward_pass"] == "fused"
+    signature = tf.saved_model.load(str(path)).signatures["serving_default"]
+    assert signature.structured_input_signature[1]["images"].dtype == tf.uint8
+    close_to(signature(images=tf.constant(x))["output_0"].numpy(), expected)
 
 
 @pytest.mark.slow
-def test_the_fused_saved_model_converts_to_tflite(tmp_path):
+def test_the_fused_saved_model_converts_to_tflite_and_the_opt_out_exports_keras_layers(
+        tmp_path, lnpn):
     """TFLite's converter has no EuclideanNorm: the export traces with `portable_ops`."""
+    import json
+
     import tensorflow as tf
 
     from keras_efficientnet.training.export import export_saved_model
+    from keras_efficientnet.training.run_dir import EXPORT_MARK
 
-    model = perturbed_model("g16-lnpn")
+    model = lnpn
     x = images()
+    off = export_saved_model(model, tmp_path / "off", serving="off")
+    assert json.loads((off / EXPORT_MARK).read_text())["forward_pass"] == "keras"
+    signature = tf.saved_model.load(str(off)).signatures["serving_default"]
+    close_to(signature(images=tf.constant(x))["output_0"].numpy(), model.predict_on_batch(x))
     path = export_saved_model(model, tmp_path / "saved")
     interpreter = tf.lite.Interpreter(
         model_content=tf.lite.TFLiteConverter.from_saved_model(str(path)).convert())
@@ -213,7 +227,7 @@ def test_the_fused_saved_model_converts_to_tflite(tmp_path):
     close_to(interpreter.get_tensor(outputs["index"]), model.predict_on_batch(x))
 
 
-def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, capsys):
+def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, capsys, lnpn):
     import json
 
     import tensorflow as tf
@@ -222,7 +236,7 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
     from keras_efficientnet import predict
     from keras_efficientnet.datasets.preprocessing import center_crop
 
-    model = perturbed_model("g16-lnpn")
+    model = lnpn
     model.save(tmp_path / "model.keras")
     paths = []
     for i, image in enumerate(images(3, resolution=40)):
@@ -241,7 +255,9 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
         for record, row in zip(map(json.loads, out.read_text().splitlines()), expected):
             got = {top["index"]: top["probability"] for top in record["top_k"]}
             close_to(np.array([got[i] for i in range(10)]), row)
-        close_to(predict.predict(model, paths, 32, serving=mode), expected)
+    traced = len(fused_calls)
+    close_to(predict.predict(model, paths, 32), expected)
+    assert len(fused_calls) > traced
     capsys.readouterr()
     assert predict.main(["predict", f"--model={tmp_path / 'model.keras'}", str(paths[0]),
                          "--serving=fast"]) == 2
