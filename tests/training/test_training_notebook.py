@@ -16,6 +16,11 @@ pytestmark = pytest.mark.tf_only
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "quickstart.ipynb"
 
 
+# Behind slow (about 35 s on 2 quiet cores, the default suite's longest test): the library calls
+# the notebook makes are each tested in the default suite (fit on a dataset:
+# tests/models/test_keras_input_habits.py; save and load: test_serialization.py; a
+# keras.applications weights file: test_pretrained.py); `make test-slow` runs the notebook.
+@pytest.mark.slow
 def test_quickstart_notebook_runs_and_reports_accuracy(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

@@ -172,12 +172,14 @@ def test_finetune_trains_only_the_head_block(tmp_path):
 
 def test_cli_writes_results_json(tmp_path):
     # Through the execution plan: 2 mirrored replicas on logical CPUs (the CLI splits the CPU
-    # when there is no GPU), global batch 16 as in the flagfile.
+    # when there is no GPU), global batch 16 as in the flagfile; fine-tuned and scored at the
+    # training resolution (a quarter of the flagfile's 64 px work; tests/training/
+    # test_evaluate_run.py runs the flagfile's 32 -> 64 px).
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         [sys.executable, "-m", "keras_efficientnet.train", "--flagfile=flags/smoke.flags",
          f"--model_dir={tmp_path}", "--dataset=synthetic", "--strategy=mirrored",
-         "--replicas=2", "--micro_batch_size=8"],
+         "--replicas=2", "--micro_batch_size=8", "--test_resolution=32"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
 
