@@ -65,9 +65,9 @@ class _StepCallback(keras.callbacks.Callback):
     epoch in its own `fit` call, whose batch indices start at 0 again: they are offset here.
     """
 
-    def __init__(self, steps_per_epoch: int, initial_epoch: int = 0, initial_batch: int = 0):
+    def __init__(self, step_calls_per_epoch: int, initial_epoch: int = 0, initial_batch: int = 0):
         super().__init__()
-        self.steps_per_epoch = steps_per_epoch
+        self.step_calls_per_epoch = step_calls_per_epoch
         self.initial_epoch = initial_epoch
         self.initial_batch = initial_batch
         self.epoch = initial_epoch
@@ -81,7 +81,7 @@ class _StepCallback(keras.callbacks.Callback):
         return offset + batch + 1
 
     def global_step(self, batch: int) -> int:
-        return self.epoch * self.steps_per_epoch + self.batches_done(batch)
+        return self.epoch * self.step_calls_per_epoch + self.batches_done(batch)
 
     def where(self, batch: int) -> str:
         return (f"step {self.global_step(batch)} (epoch {self.epoch + 1}, batch "
@@ -97,14 +97,14 @@ class NonFiniteLossGuard(_StepCallback):
     """Stops the run on a NaN or infinite loss, naming the step; checkpoints stay untouched.
 
     Args:
-        steps_per_epoch: step calls per epoch (Keras' steps), to report a global step.
+        step_calls_per_epoch: step calls per epoch (Keras' steps), to report a global step.
         initial_epoch, initial_batch: where training (re)started.
         checkpoints: the manager, to name the last good checkpoint in the message.
     """
 
-    def __init__(self, steps_per_epoch: int, initial_epoch: int = 0,
+    def __init__(self, step_calls_per_epoch: int, initial_epoch: int = 0,
                  checkpoints: CheckpointManager | None = None, initial_batch: int = 0):
-        super().__init__(steps_per_epoch, initial_epoch, initial_batch)
+        super().__init__(step_calls_per_epoch, initial_epoch, initial_batch)
         self.checkpoints = checkpoints
 
     def on_train_batch_end(self, batch, logs=None):
@@ -135,18 +135,19 @@ class DivergenceGuard(_StepCallback):
         num_classes: classes of the classifier (sets the threshold).
         factor: multiple of ln(classes) that counts as diverged. Default 10.
         patience: consecutive step ends above it that stop the run. Default 5.
-        steps_per_epoch, initial_epoch, initial_batch: to name the global step.
+        step_calls_per_epoch, initial_epoch, initial_batch: to name the global step.
         checkpoints: the manager, to name the last good checkpoint in the message.
 
     Example:
-        >>> guard = DivergenceGuard(num_classes=1000, factor=10, patience=5, steps_per_epoch=100)
+        >>> guard = DivergenceGuard(num_classes=1000, factor=10, patience=5,
+        ...                         step_calls_per_epoch=100)
         >>> model.fit(data, callbacks=[guard])   # raises DivergenceError after 5 bad steps
     """
 
     def __init__(self, num_classes: int, factor: float = 10.0, patience: int = 5,
-                 steps_per_epoch: int = 1, initial_epoch: int = 0, initial_batch: int = 0,
+                 step_calls_per_epoch: int = 1, initial_epoch: int = 0, initial_batch: int = 0,
                  checkpoints: CheckpointManager | None = None):
-        super().__init__(steps_per_epoch, initial_epoch, initial_batch)
+        super().__init__(step_calls_per_epoch, initial_epoch, initial_batch)
         if factor <= 0 or patience < 1:
             raise ValueError(f"factor must be > 0 and patience >= 1, received {factor}, "
                              f"{patience}")
@@ -219,7 +220,7 @@ class Checkpointer(_StepCallback):
             (the other workers of a multi-process run).
         average: a `WeightAverage`, or None.
         state: extra JSON-serialisable state stored in each checkpoint (e.g. the config).
-        steps_per_epoch: step calls per epoch (Keras' steps).
+        step_calls_per_epoch: step calls per epoch (Keras' steps).
         initial_epoch, initial_batch: where training (re)started.
         history: the per-epoch logs of the epochs before `initial_epoch`.
         every_steps: also save every this many global steps; 0 = epoch ends only.
@@ -232,11 +233,11 @@ class Checkpointer(_StepCallback):
     """
 
     def __init__(self, manager: CheckpointManager | None, average: WeightAverage | None,
-                 state: dict, steps_per_epoch: int, *, initial_epoch: int = 0,
+                 state: dict, step_calls_per_epoch: int, *, initial_epoch: int = 0,
                  initial_batch: int = 0, history=(), every_steps: int = 0,
                  every_minutes: float = 0.0, watch=None, health: DivergenceGuard | None = None,
                  metrics: list | None = None, directory=None, validation=None):
-        super().__init__(steps_per_epoch, initial_epoch, initial_batch)
+        super().__init__(step_calls_per_epoch, initial_epoch, initial_batch)
         self.manager = manager
         # Called at an epoch's end with (epoch, model, average): the `val_*` logs it returns
         # join the epoch's logs before they are recorded (training/validation.py).
@@ -278,7 +279,7 @@ class Checkpointer(_StepCallback):
             # (not so for --checkpoint_minutes, timed per process). The project's loop keeps
             # the epoch's loss on the host anyway, so these sums are not saved.
             metrics = False
-        global_step = epoch * self.steps_per_epoch + batch
+        global_step = epoch * self.step_calls_per_epoch + batch
         state = {**self.state, "global_step": global_step, "history": self.history}
         return str(self.manager.save(
             epoch, self.model, self.model.optimizer, state,
@@ -298,7 +299,7 @@ class Checkpointer(_StepCallback):
 
     def on_train_batch_end(self, batch, logs=None):
         done = self.batches_done(batch)
-        if done >= self.steps_per_epoch:
+        if done >= self.step_calls_per_epoch:
             return  # the epoch's end saves (and stops when asked) next
         step = self.global_step(batch)
         asked = self.watch is not None and self.watch.stop_signal() is not None
@@ -317,4 +318,4 @@ class Checkpointer(_StepCallback):
         path = self._save(epoch + 1, 0, metrics=False)
         if self.validation is not None:  # a new best's checkpoint becomes checkpoints/best
             self.validation.saved(self.manager, path)
-        self._stop_if_asked(path, (epoch + 1) * self.steps_per_epoch, epoch + 1, 0)
+        self._stop_if_asked(path, (epoch + 1) * self.step_calls_per_epoch, epoch + 1, 0)

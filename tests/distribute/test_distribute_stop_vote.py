@@ -57,7 +57,7 @@ def _run(tmp_path, *, chief: bool, signals: dict, device_iterations: int = 2,
                     peer.assign(float(signum))
 
     manager = CheckpointManager(tmp_path / "checkpoints")
-    checkpointer = Checkpointer(manager if chief else None, None, {}, steps_per_epoch=6,
+    checkpointer = Checkpointer(manager if chief else None, None, {}, step_calls_per_epoch=6,
                                 watch=watch, directory=manager.directory)
     callbacks = [Signals(), checkpointer] if checkpoints else [Signals()]
     with pytest.raises(Preempted) as stopped, watch.deferred(), watch.coordinated():

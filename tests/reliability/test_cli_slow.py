@@ -236,7 +236,7 @@ def test_sigterm_stops_a_mirrored_run_on_more_replicas_than_cores(tmp_path):
 
 
 def test_sigterm_mid_epoch_of_a_mirrored_run_resumes_bit_exactly(tmp_path):
-    args = [*TINY, "--epochs=2", "--steps_per_epoch=6", "--strategy=mirrored", "--replicas=2",
+    args = [*TINY, "--epochs=2", "--updates_per_epoch=6", "--strategy=mirrored", "--replicas=2",
             "--micro_batch_size=8", "--checkpoint_steps=2"]
     full = run_cli(*args, f"--model_dir={tmp_path / 'full'}")
     assert full.returncode == 0, full.stderr[-3000:]

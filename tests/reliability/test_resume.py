@@ -26,15 +26,15 @@ class SignalAfterStep(keras.callbacks.Callback):
     """Sends this process `signum` at the end of global step `step` (as Slurm would, from
     outside, at any moment: the trainer must finish the step and save where it stopped)."""
 
-    def __init__(self, step: int, steps_per_epoch: int, signum=signal.SIGTERM):
+    def __init__(self, step: int, step_calls_per_epoch: int, signum=signal.SIGTERM):
         super().__init__()
-        self.step, self.steps_per_epoch, self.signum = step, steps_per_epoch, signum
+        self.step, self.step_calls_per_epoch, self.signum = step, step_calls_per_epoch, signum
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.epoch * self.steps_per_epoch + batch + 1 == self.step:
+        if self.epoch * self.step_calls_per_epoch + batch + 1 == self.step:
             os.kill(os.getpid(), self.signum)
 
 
@@ -49,7 +49,7 @@ def test_sigterm_mid_epoch_then_resume_equals_the_uninterrupted_run(tmp_path):
     config = TrainConfig(**{**TINY, "model_dir": str(tmp_path / "stopped")})
     with pytest.raises(Preempted) as stopped:
         trainer.train(config, num_classes=10, train_examples=10_000,
-                      extra_callbacks=[SignalAfterStep(4, steps_per_epoch=3)])
+                      extra_callbacks=[SignalAfterStep(4, step_calls_per_epoch=3)])
     # The signal came after step 4: step 5 (epoch 2, batch 2) finished and was saved.
     assert stopped.value.checkpoint == str(tmp_path / "stopped" / "checkpoints" /
                                            "epoch-0001-batch-000002")

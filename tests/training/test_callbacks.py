@@ -31,7 +31,7 @@ def _model(seed=0):
 
 
 def test_divergence_needs_the_loss_above_the_factor_for_patience_step_ends():
-    guard = DivergenceGuard(num_classes=10, factor=10.0, patience=3, steps_per_epoch=100)
+    guard = DivergenceGuard(num_classes=10, factor=10.0, patience=3, step_calls_per_epoch=100)
     assert guard.threshold == pytest.approx(10 * math.log(10))  # 23.03
     guard.on_epoch_begin(0)
     for batch, loss in enumerate([2.3, 30.0, 30.0, 20.0, 1e16, float("nan")]):
@@ -62,7 +62,7 @@ def test_checkpointer_saves_mid_epoch_every_n_steps_and_stops_on_a_signal(tmp_pa
     model = _model()
     manager = CheckpointManager(tmp_path, keep=10)
     watch = SignalWatch()
-    checkpointer = Checkpointer(manager, None, {}, steps_per_epoch=5, every_steps=3,
+    checkpointer = Checkpointer(manager, None, {}, step_calls_per_epoch=5, every_steps=3,
                                 watch=watch)
     checkpointer.set_model(model)
     model.optimizer.build(model.trainable_variables)

@@ -147,3 +147,22 @@ def test_one_strategy_table():
         "mirrored", "multiworker", "horovod"]
     assert [n for n, s in STRATEGY_TABLE.items() if not s.one_process] == [
         "multiworker", "horovod"]
+
+
+def test_no_function_of_the_package_takes_an_ambiguous_steps_per_epoch():
+    # Issue 19: "steps per epoch" meant optimizer updates, step calls and optimizer applies in
+    # three places. Every count now names its unit; Keras' own fit(steps_per_epoch=) is only
+    # ever called with a step-call count, never taken as a parameter of ours.
+    import ast
+    import pathlib
+
+    package = pathlib.Path(__file__).resolve().parents[2] / "keras_efficientnet"
+    found = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                args = node.args
+                names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+                if "steps_per_epoch" in names:
+                    found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == []

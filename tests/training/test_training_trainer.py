@@ -136,7 +136,7 @@ def test_non_finite_loss_names_the_step_and_the_intact_checkpoint(tmp_path):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     manager = CheckpointManager(tmp_path)
     manager.save(2, model)
-    guard = NonFiniteLossGuard(steps_per_epoch=10, initial_epoch=2, checkpoints=manager)
+    guard = NonFiniteLossGuard(step_calls_per_epoch=10, initial_epoch=2, checkpoints=manager)
     guard.on_epoch_begin(2)
     guard.on_train_batch_end(3, {"loss": 1.0})
     with pytest.raises(NonFiniteLossError, match=r"became nan at step 24 \(epoch 3, batch 4\); "
