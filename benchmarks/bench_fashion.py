@@ -193,11 +193,9 @@ def recipe_config(label: str, seed: int, args, model_dir: Path):
     config = base_config(FLAGS_DIR / RECIPES[label])
     changes = dict(seed=seed, model_dir=str(model_dir), resume=False, verbose=0,
                    eval_split="test", eval_steps=args.eval_steps)
-    for name, value in (("epochs", args.epochs), ("updates_per_epoch", args.updates_per_epoch),
-                        ("finetune_epochs", args.finetune_epochs),
-                        ("warmup_epochs", args.warmup_epochs)):
-        if value is not None:
-            changes[name] = value
+    changes.update(epochs=args.epochs, updates_per_epoch=args.updates_per_epoch,
+                   finetune_epochs=args.finetune_epochs, warmup_epochs=args.warmup_epochs)
+    assert set(changes) >= set(REPLACED_FLAGS)  # what leaves the recipes' digest
     return config.replace(**changes)
 
 
@@ -252,13 +250,21 @@ def evaluate_recipe(config, model, data, steps: int, num_classes: int,
     return score(model, config, data, steps, num_classes, bn_batches)
 
 
+# The flags recipe_config always replaces: they are the schedule's (or the run's) and leave the
+# digest, so that a flagfile's own length can change without orphaning the rows.
+REPLACED_FLAGS = ("epochs", "updates_per_epoch", "finetune_epochs", "warmup_epochs", "seed",
+                  "model_dir", "eval_split")
+
+
 def recipes_fingerprint() -> str:
-    """A digest of the three flagfiles' flag lines (comments aside), part of the schedule: rows
-    measured with an earlier version of the recipes are not taken for the current ones."""
+    """A digest of the three flagfiles' flag lines (comments and REPLACED_FLAGS aside), part of
+    the schedule: rows measured with an earlier version of the recipes are not taken for the
+    current ones."""
     lines = []
     for label, name in RECIPES.items():
         text = (FLAGS_DIR / name).read_text()
-        lines += [label] + [line for line in text.splitlines() if line.startswith("--")]
+        lines += [label] + [line for line in text.splitlines() if line.startswith("--")
+                            and line[2:].split("=")[0] not in REPLACED_FLAGS]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 

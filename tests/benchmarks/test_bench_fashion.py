@@ -130,6 +130,9 @@ def test_an_edited_flagfile_is_a_different_run_but_an_edited_comment_is_not(tmp_
     gn.write_text(gn.read_text().replace("--learning_rate=0.002", "--learning_rate=0.004"))
     bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
     assert len(calls) == 6  # the recipes changed: the earlier rows do not stand for them
+    gn.write_text(gn.read_text().replace("--epochs=6", "--epochs=18"))
+    bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
+    assert len(calls) == 6  # the benchmark sets the length itself: the rows still stand
 
 
 def test_microbatch_keeps_the_regularization_its_rows_ran_with():
