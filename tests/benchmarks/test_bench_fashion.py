@@ -135,6 +135,20 @@ def test_an_edited_flagfile_is_a_different_run_but_an_edited_comment_is_not(tmp_
     assert len(calls) == 6  # the benchmark sets the length itself: the rows still stand
 
 
+def test_every_flag_left_out_of_the_digest_is_set_by_the_run(tmp_path):
+    # A flag outside the recipes' digest must never reach a run from its flagfile: each one
+    # takes the run's value, none the flagfile's.
+    args = bench_fashion.build_parser().parse_args(
+        ["time", "--epochs", "3", "--updates-per-epoch", "7", "--finetune-epochs", "2",
+         "--warmup-epochs", "0.25"])
+    for label in bench_fashion.RECIPES:
+        config = bench_fashion.recipe_config(label, 11, args, tmp_path / "run")
+        run = dict(epochs=3, updates_per_epoch=7, finetune_epochs=2, warmup_epochs=0.25,
+                   seed=11, model_dir=str(tmp_path / "run"), eval_split="test")
+        assert set(run) == set(bench_fashion.REPLACED_FLAGS)
+        assert {name: getattr(config, name) for name in run} == run
+
+
 def test_microbatch_keeps_the_regularization_its_rows_ran_with():
     args = bench_fashion.build_parser().parse_args(["microbatch"])
     base = bench_fashion.microbatch_base(args)
