@@ -260,16 +260,20 @@ SMOKE = """\
 # Fashion-MNIST (issue 22): one model size, the tiny EfficientNet (half width, one block per
 # stage), in three recipes sharing every other flag. Images are 28x28, resized to the test
 # resolution 40 (the last feature map 2x2 at total stride 32; at 32 px it is 1x1); the G16
-# recipes train at 32 px (the smallest the command accepts) and fine-tune the head at 40. No
-# label smoothing, dropout or stochastic depth, and scale crops only where the resolution
-# changes: the tiny model underfits Fashion-MNIST, and in a 300-update probe (G16-GN, 32 px)
-# dropping them (crops down to 25% of the area) raised validation top-1 from 0.715 to 0.813.
-# Six epochs keep each run within 20 minutes on 2 shared cores. Unlike the paper's recipes, the
-# reduced resolution does not keep the test resolution's residue mod 32: 32 -> 64 would double
-# the garments' scale, which a head-only fine-tune does not undo on this model.
+# recipes train at 32 px (the smallest the command accepts) and fine-tune the head at 40. Light
+# regularization only: label smoothing 0.1 and mild crops (area down to 0.85) at the native
+# resolution, no dropout or stochastic depth. Measured with G1-BN on a quiet 2-core Xeon (seed 0,
+# validation / test top-1): 18 epochs with flips only 0.927 / 0.921 (training top-1 0.98 and
+# validation loss rising after epoch 12: it over-fits); 20 epochs with crops down to 0.64 and label
+# smoothing 0.921 / 0.918 (training top-1 0.91: too strong); 22 epochs with crops down to 0.85
+# and label smoothing 0.929 / 0.926 in 1068 s, the schedule kept (22 epochs fit in 20 minutes at
+# about 1200 img/s). Unlike the paper's recipes, the reduced resolution does not keep the test
+# resolution's residue mod 32: 32 -> 64 would double the garments' scale, which a head-only
+# fine-tune does not undo on this model.
 FASHION_TEST_RESOLUTION = 40
 FASHION_REDUCED_RESOLUTION = 32
-FASHION_EPOCHS = 6
+FASHION_EPOCHS = 22
+FASHION_NATIVE_CROP_AREA_MIN = 0.85
 FASHION_RECIPES = {
     "g1-bn-native": ("efficientnet-tiny-g1-bn", "G1 (depthwise) with BatchNorm, trained and "
                      "tested at 40px (the reference)", False),
@@ -278,20 +282,19 @@ FASHION_RECIPES = {
     "g16-lnpn": ("efficientnet-tiny-g16-lnpn", "G16 with LayerNorm + Proxy Norm, trained at "
                  "32px and its head fine-tuned at 40px (the paper's recipe)", True),
 }
-# Measured on this project's 2-core CPU (AMD EPYC, AVX2) while other jobs ran under nice, one
-# seed each; the commands and the table are in README.md's Fashion-MNIST results.
+# Measured on this project's 2-core Intel Xeon, one seed each; the commands and the table are in
+# README.md's Fashion-MNIST results.
+_EARLIER = ("none at this schedule yet; its earlier version (6 epochs, no label "
+            "smoothing) on 2 shared cores: ")
 FASHION_MEASURED = {
-    "g1-bn-native": ("seed 0, 1135 s wall for the 6 epochs at 353 img/s, validation top-1 "
-                     "0.917, test top-1 0.911 (short of 0.93); seed 1: 930 s at 380 img/s, "
-                     "validation 0.907, test 0.910"),
-    "g16-gn": ("seed 0, 931 s wall (6 epochs at 32px at 439 img/s, then the head at 40px), "
-               "validation top-1 0.428 at 40px before the fine-tune, 0.785 after, test top-1 "
-               "0.776 (short of 0.93; the reduced resolution costs this small model more than "
-               "its speed buys, README.md)"),
-    "g16-lnpn": ("seed 0, 971 s wall (6 epochs at 32px at 443 img/s, then the head at 40px), "
-                 "validation top-1 0.618 at 40px before the fine-tune, 0.802 after, test top-1 "
-                 "0.798 (short of 0.93; the reduced resolution costs this small model more than "
-                 "its speed buys, README.md)"),
+    "g1-bn-native": ("quiet machine, seed 0, 1068 s wall for the 22 epochs at 1202 img/s, "
+                     "validation top-1 0.929, test top-1 0.926 (short of 0.93)"),
+    "g16-gn": (_EARLIER + "seed 0, 931 s wall (6 epochs at 32px at 439 img/s, then the head at "
+               "40px), validation top-1 0.428 at 40px before the fine-tune, 0.785 after, test "
+               "top-1 0.776"),
+    "g16-lnpn": (_EARLIER + "seed 0, 971 s wall (6 epochs at 32px at 443 img/s, then the head "
+                 "at 40px), validation top-1 0.618 at 40px before the fine-tune, 0.802 after, "
+                 "test top-1 0.798"),
 }
 FASHION_SHARED = f"""\
 --dataset=fashion_mnist
@@ -304,7 +307,7 @@ FASHION_SHARED = f"""\
 --lr_schedule=cosine
 --warmup_epochs=1
 --weight_decay=1e-5
---label_smoothing=0
+--label_smoothing=0.1
 --weight_average_decay=0.5
 --eval_resize_ratio=1.0
 --dropout_rate=0
@@ -323,17 +326,18 @@ def fashion_mnist(recipe: str) -> str:
     # The reduced recipes' crops zoom by up to the test/train ratio (area down to its inverse
     # square), so the fine-tune at the test resolution meets objects at sizes they trained on;
     # without them a 32px model scored 0.28 at 40px (0.74 after the head fine-tune).
-    crop = (FASHION_REDUCED_RESOLUTION / FASHION_TEST_RESOLUTION) ** 2 if reduced else 1.0
-    measured = textwrap.fill(f"Measured on 2 shared cores: {FASHION_MEASURED[recipe]}.",
+    crop = ((FASHION_REDUCED_RESOLUTION / FASHION_TEST_RESOLUTION) ** 2 if reduced
+            else FASHION_NATIVE_CROP_AREA_MIN)
+    measured = textwrap.fill(f"Measured: {FASHION_MEASURED[recipe]}.",
                              width=98, initial_indent="# ", subsequent_indent="# ")
     return (f"""\
 # Fashion-MNIST (--dataset=fashion_mnist; install it with `make data-fashion`), one of the three
 # recipes of issue 22 on the tiny EfficientNet:
 # {what}.
 # Every recipe: RMSProp, cosine decay, {FASHION_EPOCHS} epochs of the 55,000 `train` images, random
-# flips, no label smoothing, dropout or stochastic depth (the tiny model underfits), per-epoch
-# weight averaging, the whole 28x28 frame at evaluation, chosen on `validation` (the last 5,000
-# training images); scale crops only where it trains below the test resolution.
+# flips and scale crops, label smoothing 0.1, no dropout or stochastic depth, per-epoch weight
+# averaging, the whole 28x28 frame at evaluation, chosen on `validation` (the last 5,000 training
+# images).
 {measured}
 # The test split is for one final evaluation only: the same command with --mode=evaluate
 # --eval_split=test scores the model the run shipped (runs/{name}/model.keras).
