@@ -262,14 +262,11 @@ SMOKE = """\
 # resolution 40 (the last feature map 2x2 at total stride 32; at 32 px it is 1x1); the G16
 # recipes train at 32 px (the smallest the command accepts) and fine-tune the head at 40. Light
 # regularization only: label smoothing 0.1 and mild crops (area down to 0.85) at the native
-# resolution, no dropout or stochastic depth. Measured with G1-BN on a quiet 2-core Xeon (seed 0,
-# validation / test top-1): 18 epochs with flips only 0.927 / 0.921 (training top-1 0.98 and
-# validation loss rising after epoch 12: it over-fits); 20 epochs with crops down to 0.64 and label
-# smoothing 0.921 / 0.918 (training top-1 0.91: too strong); 22 epochs with crops down to 0.85
-# and label smoothing 0.929 / 0.926 in 1068 s, the schedule kept (22 epochs fit in 20 minutes at
-# about 1200 img/s). Unlike the paper's recipes, the reduced resolution does not keep the test
-# resolution's residue mod 32: 32 -> 64 would double the garments' scale, which a head-only
-# fine-tune does not undo on this model.
+# resolution, no dropout or stochastic depth; 22 epochs fit in 20 minutes on 2 quiet cores. The
+# G1-BN probes that chose this (flips only over-fits, crops down to 0.64 under-fits) are in
+# README.md's Fashion-MNIST results. Unlike the paper's recipes, the reduced resolution does not
+# keep the test resolution's residue mod 32: 32 -> 64 would double the garments' scale, which a
+# head-only fine-tune does not undo on this model.
 FASHION_TEST_RESOLUTION = 40
 FASHION_REDUCED_RESOLUTION = 32
 FASHION_EPOCHS = 22
@@ -282,16 +279,15 @@ FASHION_RECIPES = {
     "g16-lnpn": ("efficientnet-tiny-g16-lnpn", "G16 with LayerNorm + Proxy Norm, trained at "
                  "32px and its head fine-tuned at 40px (the paper's recipe)", True),
 }
-# Measured on this project's 2-core Intel Xeon, one seed each; the commands and the table are in
+# Measured on this project's 2-core machine, one seed each; the commands and the table are in
 # README.md's Fashion-MNIST results.
-_EARLIER = ("none at this schedule yet; its earlier version (6 epochs, no label "
-            "smoothing) on 2 shared cores: ")
 FASHION_MEASURED = {
     "g1-bn-native": ("quiet machine, seed 0, 1068 s wall for the 22 epochs at 1202 img/s, "
                      "validation top-1 0.929, test top-1 0.926 (short of 0.93)"),
-    "g16-gn": (_EARLIER + "seed 0, 931 s wall (6 epochs at 32px at 439 img/s, then the head at "
-               "40px), validation top-1 0.428 at 40px before the fine-tune, 0.785 after, test "
-               "top-1 0.776"),
+    "g16-gn": ("none at this schedule yet; its earlier version (6 epochs, no label smoothing) "
+               "on 2 shared cores: seed 0, 931 s wall (6 epochs at 32px at 439 img/s, then the "
+               "head at 40px), validation top-1 0.428 at 40px before the fine-tune, 0.785 after, "
+               "test top-1 0.776"),
     "g16-lnpn": ("seed 0 at this schedule, niced beside the test suite (loaded): 1642 s wall "
                  "(22 epochs at 32px at 844 img/s, then the head at 40px), validation top-1 "
                  "0.594 at 40px before the fine-tune, 0.797 after, test top-1 0.800 (its 6-epoch "
