@@ -196,10 +196,6 @@ class TrainConfig:
         return self.plan.with_examples_per_update(self.finetune_global_batch_size,
                                                   "--finetune_batch_size")
 
-    def finetune_accumulation(self) -> int:
-        """Micro-batches per fine-tune update (`finetune_plan`)."""
-        return self.finetune_plan.micro_batches_per_update
-
     def peak_learning_rate(self) -> float:
         if self.learning_rate > 0:
             return self.learning_rate
@@ -328,7 +324,7 @@ def _check_run(config: TrainConfig) -> None:
     if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
         raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")
     if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
-        config.finetune_accumulation()  # raises naming --finetune_batch_size
+        _ = config.finetune_plan  # raises naming --finetune_batch_size
 
 
 def preset_block_names(model: str) -> list[str]:

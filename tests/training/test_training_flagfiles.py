@@ -67,7 +67,7 @@ def test_recipe_numbers_of_two_presets():
     assert preset_config(b0.model)["expand_ratio"] == 4
     assert b0.decay_epochs * 146 == pytest.approx(350)  # 146 drops counted from step 0
     assert (b0.mixup_alpha, b0.cutmix_lambda, b0.cutmix_version) == (0.1, 0.0, 1)
-    assert b0.finetune_global_batch_size == 512 and b0.finetune_accumulation() == 16
+    assert b0.finetune_global_batch_size == 512 and b0.finetune_plan.micro_batches_per_update == 16
     assert b0.finetune_learning_rate_per_sample * 512 == 0.25
     assert b0.finetune_warmup_epochs == 5 and b0.finetune_epochs == 2
     lars = _parse(FLAGS_DIR / "b4-g16-gn-lars.flags")
@@ -81,7 +81,7 @@ def test_recipe_numbers_of_two_presets():
     assert lars.mode == "train"
     ours = _parse(FLAGS_DIR / "b4-g16-gn-lars-finetuned-ours.flags")
     assert ours.mode == "train_and_finetune" and ours.finetune_global_batch_size == 504
-    assert ours.finetune_accumulation() == 21
+    assert ours.finetune_plan.micro_batches_per_update == 21
     flags_of = lambda name: [line for line in (FLAGS_DIR / name).read_text().splitlines()
                              if line.startswith("--") and not line.startswith("--mode=")]
     assert [line for line in flags_of("b4-g16-gn-lars-finetuned-ours.flags")

@@ -105,7 +105,7 @@ def test_finetune_accumulation_or_a_one_line_error(changes, accumulation, match)
             TrainConfig(mode="train_and_finetune", **changes)
     else:
         config = TrainConfig(mode="train_and_finetune", **changes)
-        assert config.finetune_accumulation() == accumulation
+        assert config.finetune_plan.micro_batches_per_update == accumulation
         tuned = trainer.finetune_config(config)
         assert tuned.plan.global_batch_size == changes["finetune_batch_size"]
         assert (tuned.strategy, tuned.replicas, tuned.plan.num_stages) == (
