@@ -13,7 +13,7 @@ GROUPS = {
     "model": ("model", "weights", "classes", "dropout_rate", "drop_connect_rate"),
     "data": ("dataset", "data_dir", "train_split", "eval_split", "train_resolution",
              "test_resolution", "crop_area_min", "random_flip", "mixup_alpha", "cutmix_lambda",
-             "cutmix_version", "eval_resize_ratio", "allow_empty_classes", "cache",
+             "cutmix_version", "eval_resize_ratio", "eval_flip", "allow_empty_classes", "cache",
              "shuffle_buffer", "host_threads"),
     "optimization": ("optimizer", "learning_rate", "learning_rate_per_sample", "momentum",
                      "rmsprop_rho", "rmsprop_epsilon", "lars_eta", "lars_epsilon",

@@ -37,6 +37,9 @@ def summary(config, results: dict, path: Path) -> str:
     if config.mode == "evaluate":
         rows.append(("weights", str(results.get("weights", ""))))
     rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}")]
+    if "flip_top1" in results:
+        rows.append(("flip TTA", f"top-1 {results['flip_top1']:.4f}, "
+                                 f"top-5 {results['flip_top5']:.4f} (image and mirror)"))
     if results.get("skipped_images"):
         rows.append(("skipped images", f"{results['skipped_images']} unreadable"))
     rows += [("wall time", f"{results['wall_seconds']:.0f} s"), ("results", str(path))]

@@ -4,6 +4,7 @@ input pipelines and the facts of the configured source, each from a `TrainConfig
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 
 import keras
@@ -205,6 +206,16 @@ def evaluate(model: keras.Model, dataset, steps: int | None, verbose: int = 0) -
             "loss": float(results["loss"])}
 
 
+def flip_averaged(model: keras.Model) -> keras.Model:
+    """`model` with flip test-time augmentation: the log of the mean of the probabilities of
+    each image and of its horizontal mirror, as logits (softmax of them gives that mean)."""
+    inputs = keras.Input(model.input_shape[1:], dtype=model.inputs[0].dtype)
+    log_probabilities = [keras.ops.log_softmax(model(x), axis=-1)
+                         for x in (inputs, keras.ops.flip(inputs, axis=2))]
+    outputs = keras.ops.logaddexp(*log_probabilities) - math.log(2.0)
+    return keras.Model(inputs, outputs, name=f"{model.name}_flip_averaged")
+
+
 @contextlib.contextmanager
 def reporting_data_errors(skip_counter):
     """Re-raises a dataset's NoReadableImagesError as itself, not wrapped by TensorFlow."""
@@ -217,6 +228,6 @@ def reporting_data_errors(skip_counter):
 
 
 __all__ = ["build_datasets", "build_model", "build_optimizer", "class_names", "compile_model",
-           "dataset_facts", "evaluate", "evaluation_steps", "input_options", "lr_schedule",
-           "precision_policy", "reporting_data_errors", "resolutions", "save_outputs",
-           "split_info", "use_one_hot"]
+           "dataset_facts", "evaluate", "evaluation_steps", "flip_averaged", "input_options",
+           "lr_schedule", "precision_policy", "reporting_data_errors", "resolutions",
+           "save_outputs", "split_info", "use_one_hot"]

@@ -81,6 +81,10 @@ class TrainConfig:
                                 "(Graphcore's v1); 2: fixed at --cutmix_lambda.")
     eval_resize_ratio: float = _f(EVAL_RESIZE_RATIO,
                                   "Evaluation: resize short side to res x ratio.")
+    eval_flip: bool = _f(False, "Evaluation also scores flip test-time augmentation (each "
+                                "image as the mean probabilities of it and its mirror: two "
+                                "forward passes), as flip_top1/flip_top5; top1 stays one pass. "
+                                "Per-epoch validation and best.keras do not use it.")
     cache: bool = _f(False, "Cache the encoded dataset in memory.")
     shuffle_buffer: int = _f(10_000, "Shuffle buffer size (examples).")
     seed: int = _f(0, "Seed for initialisation, shuffling and augmentation.")

@@ -23,6 +23,7 @@ from keras_efficientnet.training.builders import (
     dataset_facts,
     evaluate,
     evaluation_steps,
+    flip_averaged,
     input_options,
     lr_schedule,
     precision_policy,
@@ -164,7 +165,13 @@ class _Run:
                               split=self.config.eval_split, repeat=False,
                               num_classes=self.num_classes, skip_counter=self.skipped)
         with reporting_data_errors(self.skipped):
-            return evaluate(model, data, self.eval_steps)
+            scores = evaluate(model, data, self.eval_steps)
+            if self.config.eval_flip:
+                mirrored = flip_averaged(model)
+                compile_model(mirrored, "sgd", self.config, self.num_classes)
+                flipped = evaluate(mirrored, data, self.eval_steps)
+                scores.update({f"flip_{key}": value for key, value in flipped.items()})
+        return scores
 
     def evaluate_and_finetune(self, model: keras.Model, weights_from: str) -> keras.Model:
         """Evaluates `model` (top-1 before the fine-tune in the finetune modes), fine-tunes
