@@ -308,6 +308,7 @@ FASHION_SHARED = f"""\
 --label_smoothing=0.1
 --weight_average_decay=0.5
 --eval_resize_ratio=1.0
+--eval_flip
 --dropout_rate=0
 --drop_connect_rate=0
 --seed=0
@@ -335,8 +336,8 @@ def fashion_mnist(recipe: str) -> str:
 # {what}.
 # Every recipe: RMSProp, cosine decay, {FASHION_EPOCHS} epochs of the 55,000 `train` images, random
 # flips and scale crops, label smoothing 0.1, no dropout or stochastic depth, per-epoch weight
-# averaging, the whole 28x28 frame at evaluation, chosen on `validation` (the last 5,000 training
-# images).
+# averaging, the whole 28x28 frame at evaluation (scored one pass, and with flip test-time
+# augmentation as flip_top1), chosen on `validation` (the last 5,000 training images).
 {measured}
 # The test split is for one final evaluation only: the same command with --mode=evaluate
 # --eval_split=test scores the model the run shipped (runs/{name}/model.keras).
