@@ -536,8 +536,9 @@ def draw_time_chart(path: Path, rows: list[dict], summary: dict) -> Path | None:
     epochs = f"{first['epochs']} epoch{'s' if first['epochs'] != 1 else ''}"
     ax.set_xlabel("training + fine-tune seconds (mean, 95% t interval)")
     ax.set_ylabel("Fashion-MNIST test top-1 (mean, 95% t interval)")
+    note = f" — {first['note']}" if first.get("note") else ""
     ax.set_title(f"Fashion-MNIST, {epochs} x {first['updates_per_epoch']} updates of "
-                 f"{first['global_batch']} — {first.get('note', '')}", fontsize=9)
+                 f"{first['global_batch']}{note}", fontsize=9)
     ax.set_ylim(top=1.0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
