@@ -283,9 +283,9 @@ FASHION_RECIPES = {
 # README.md's Fashion-MNIST results.
 FASHION_MEASURED = {
     "g1-bn-native": ("seeds 0, 1, 2: test top-1 0.928 +/- 0.005 (95% t) in one pass, 0.931 +/- "
-                     "0.004 with flip test-time augmentation (seed 0: 0.926 / 0.930, short of "
-                     "0.93); seed 0 on a quiet 2-core AMD EPYC: 1136 s wall for the 22 epochs at "
-                     "1137 img/s, validation top-1 0.929 (0.933 with flips)"),
+                     "0.004 with flip test-time augmentation (seed 0: 0.9262 / 0.9296, short "
+                     "of 0.93); seed 0 on a quiet 2-core AMD EPYC: 1136 s wall for the 22 "
+                     "epochs at 1137 img/s, validation top-1 0.929 (0.933 with flips)"),
     "g16-gn": ("none at this schedule yet; its earlier version (6 epochs, no label smoothing) "
                "on 2 shared cores: seed 0, 931 s wall (6 epochs at 32px at 439 img/s, then the "
                "head at 40px), validation top-1 0.428 at 40px before the fine-tune, 0.785 after, "
