@@ -16,6 +16,13 @@ def assert_config_round_trip(obj) -> None:
     assert clone.get_config() == config
 
 
+def softmax(logits) -> np.ndarray:
+    """NumPy softmax over the last axis, in the logits' own dtype."""
+    logits = np.asarray(logits)
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def trainable_count(model: keras.Model) -> int:
     return int(sum(np.prod(w.shape) for w in model.trainable_weights))
 

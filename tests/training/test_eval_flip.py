@@ -8,14 +8,9 @@ import pytest
 
 from keras_efficientnet.training import TrainConfig, trainer
 from keras_efficientnet.training.builders import build_datasets, flip_averaged
+from tests.helpers import softmax
 
 pytestmark = pytest.mark.tf_only
-
-
-def _softmax(logits):
-    logits = np.asarray(logits, "float64")
-    e = np.exp(logits - logits.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 def test_flip_averaged_logits_are_the_log_of_the_mean_probability():
@@ -25,14 +20,14 @@ def test_flip_averaged_logits_are_the_log_of_the_mean_probability():
         keras.layers.Flatten()(keras.ops.cast(inputs, "float32")))
     model = keras.Model(inputs, logits)
     images = np.random.default_rng(0).integers(0, 256, (3, 8, 8, 3)).astype("uint8")
-    averaged = np.asarray(flip_averaged(model)(images))
-    probabilities = _softmax(np.asarray(model(images)))
-    mean = (probabilities + _softmax(np.asarray(model(images[:, :, ::-1])))) / 2
+    averaged = np.asarray(flip_averaged(model)(images), "float64")
+    probabilities = softmax(np.asarray(model(images), "float64"))
+    mean = (probabilities + softmax(np.asarray(model(images[:, :, ::-1]), "float64"))) / 2
     np.testing.assert_allclose(averaged, np.log(mean), atol=1e-5)
     # The mirror is left-right (the width axis), not upside down, and not the image itself.
-    upside_down = (probabilities + _softmax(np.asarray(model(images[:, ::-1])))) / 2
-    assert np.abs(_softmax(averaged) - upside_down).max() > 0.05
-    assert np.abs(_softmax(averaged) - probabilities).max() > 0.05
+    upside_down = (probabilities + softmax(np.asarray(model(images[:, ::-1]), "float64"))) / 2
+    assert np.abs(softmax(averaged) - upside_down).max() > 0.05
+    assert np.abs(softmax(averaged) - probabilities).max() > 0.05
 
 
 def test_a_run_reports_one_pass_and_flip_scores_side_by_side(tmp_path):

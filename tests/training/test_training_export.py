@@ -20,6 +20,7 @@ from PIL import Image
 import keras_efficientnet as ke
 from keras_efficientnet import predict
 from keras_efficientnet.training import TrainConfig, trainer
+from tests.helpers import softmax
 
 pytestmark = pytest.mark.tf_only
 
@@ -125,11 +126,6 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _softmax(logits):
-    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def _run_fresh_process(model_file, export_dir, image_files, folder):
     images = np.stack([np.asarray(Image.open(path).resize((SIZE, SIZE))) for path in image_files])
     args = dict(model_file=str(model_file), export_dir=str(export_dir), images=images.tolist(),
@@ -151,7 +147,7 @@ def test_a_fresh_process_loads_the_outputs_and_every_optimizer(outputs, tmp_path
     images, out = _run_fresh_process(model_file, config.export_dir, image_files, tmp_path)
 
     # model.keras: the model's weights with a softmax head (the trainer's model emits logits).
-    expected = _softmax(keras.ops.convert_to_numpy(outputs["model"](images)).astype("float64"))
+    expected = softmax(keras.ops.convert_to_numpy(outputs["model"](images)).astype("float64"))
     assert expected.max() - expected.min() > 0.05  # the two images and classes differ
     np.testing.assert_allclose(out["model_probabilities"], expected, rtol=1e-5, atol=1e-6)
     # The SavedModel: uint8 images of the model's size in, the same probabilities out.
@@ -193,4 +189,4 @@ def test_a_training_run_writes_the_fine_tuned_model_and_its_export(tmp_path):
         np.testing.assert_array_equal(ours, theirs)
     images = np.zeros((1, SIZE, SIZE, 3), "uint8")
     np.testing.assert_allclose(saved.predict(images, verbose=0),
-                               _softmax(tuned.predict(images, verbose=0)), rtol=1e-5, atol=1e-6)
+                               softmax(tuned.predict(images, verbose=0)), rtol=1e-5, atol=1e-6)

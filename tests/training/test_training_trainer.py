@@ -99,7 +99,7 @@ def test_finetune_follows_graphcores_recipe():
     (dict(strategy="ipu", micro_batch_size=3, gradient_accumulation=256, replicas=8,
           finetune_batch_size=512), None, r"multiple of .* = 24 .*; use 504 or 528"),
 ])
-def test_finetune_accumulation_or_a_one_line_error(changes, accumulation, match):
+def test_finetune_micro_batches_per_update_or_a_one_line_error(changes, accumulation, match):
     if match:
         with pytest.raises(ValueError, match=match):
             TrainConfig(mode="train_and_finetune", **changes)
