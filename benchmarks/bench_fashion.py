@@ -43,14 +43,14 @@ from benchmarks.common import machine, make_row, results_dir, validate_row
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
-BASELINE = "G1-BN native"
+BASELINE = "G1-BN native 96"
 # Label -> (flagfile, trained at the reduced resolution and fine-tuned).
 RECIPES = {
-    BASELINE: "fashion-mnist-g1-bn-native.flags",
-    "G16-GN reduced + fine-tune": "fashion-mnist-g16-gn.flags",
-    "G16-LN+PN reduced + fine-tune": "fashion-mnist-g16-lnpn.flags",
+    BASELINE: "fashion-mnist-96-g1-bn-native.flags",
+    "G16-GN 64 -> 96 + head": "fashion-mnist-96-g16-gn-reduced.flags",
+    "G16-LN+PN 64 -> 96 + head": "fashion-mnist-96-g16-lnpn-reduced.flags",
 }
-MICROBATCH_FLAGFILE = "fashion-mnist-g16-lnpn.flags"
+MICROBATCH_FLAGFILE = "fashion-mnist-g16-lnpn-native.flags"
 # The micro-batch experiment keeps the augmentation and regularization its committed rows ran
 # with (the flagfiles' earlier settings), so that a resumed run measures the same recipe after
 # the flagfiles dropped them for the full-length schedule.
@@ -482,9 +482,9 @@ def report_time(path: Path, schedule: dict) -> dict:
     for label, s in summary.items():
         print(f"{label:32s} {format_interval(s['top1']):>24s} "
               f"{format_interval(s['seconds'], 1):>22s} {s['seeds']}")
-    print_comparisons(summary, [("G16-LN+PN reduced + fine-tune", BASELINE),
-                                ("G16-LN+PN reduced + fine-tune", "G16-GN reduced + fine-tune"),
-                                ("G16-GN reduced + fine-tune", BASELINE)])
+    print_comparisons(summary, [("G16-LN+PN 64 -> 96 + head", BASELINE),
+                                ("G16-LN+PN 64 -> 96 + head", "G16-GN 64 -> 96 + head"),
+                                ("G16-GN 64 -> 96 + head", BASELINE)])
     if rows:
         draw_time_chart(path, rows, summary)
     return summary

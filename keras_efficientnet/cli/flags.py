@@ -8,7 +8,11 @@ import warnings
 
 from absl import flags
 
-from keras_efficientnet.training.config import TrainConfig
+from keras_efficientnet.training.config import (
+    ResolutionRuleWarning,
+    TrainConfig,
+    resolution_rule_problem,
+)
 from keras_efficientnet.training.plan import accumulation_for
 
 # Not a config field: it derives --gradient_accumulation (the config keeps the explicit factors).
@@ -57,4 +61,8 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         config = TrainConfig(**values)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr, flush=True)
+    problem = resolution_rule_problem(config)
+    if problem:  # said once, here, before any framework loads; the trainer's repeat is muted
+        print(f"warning: {problem}", file=sys.stderr, flush=True)
+        warnings.filterwarnings("ignore", category=ResolutionRuleWarning)
     return config

@@ -12,21 +12,22 @@ import keras
 from keras_efficientnet import optimizers as opt_lib
 from keras_efficientnet.models.efficientnet import SCALING, EfficientNet
 from keras_efficientnet.models.presets import preset_config
-from keras_efficientnet.training.config import TrainConfig
+from keras_efficientnet.training.config import (
+    ResolutionRuleWarning,
+    TrainConfig,
+    resolution_rule_problem,
+)
 from keras_efficientnet.training.export import export_saved_model, inference_model, save_model
 
 
 def resolutions(config: TrainConfig) -> tuple[int, int]:
-    """(train, test) resolutions, 0 meaning the variant's native resolution."""
+    """(train, test) resolutions, 0 meaning the variant's native resolution; warns
+    (ResolutionRuleWarning) when a reduced-resolution recipe breaks train = test (mod 32)."""
     native = SCALING[preset_config(config.model)["variant"]].resolution
-    train = config.train_resolution or native
-    test = config.test_resolution or native
-    if config.mode == "train_and_finetune" and train % 32 != test % 32:
-        warnings.warn(
-            f"--train_resolution={train} and --test_resolution={test} differ modulo 32 "
-            f"({train % 32} vs {test % 32}); the paper picks train_res so that they agree, "
-            "which keeps the feature maps' alignment.", stacklevel=2)
-    return train, test
+    problem = resolution_rule_problem(config)
+    if problem:
+        warnings.warn(problem, ResolutionRuleWarning, stacklevel=2)
+    return config.train_resolution or native, config.test_resolution or native
 
 
 def use_one_hot(config: TrainConfig) -> bool:

@@ -331,6 +331,40 @@ def _check_run(config: TrainConfig) -> None:
         _ = config.finetune_plan  # raises naming --finetune_batch_size
 
 
+class ResolutionRuleWarning(UserWarning):
+    """A `train_and_finetune` run whose train and test resolutions differ modulo 32."""
+
+
+def native_resolution(model: str) -> int:
+    """The preset's own resolution (what --train_resolution=0 and --test_resolution=0 mean)."""
+    from keras_efficientnet.models.architecture import SCALING
+    from keras_efficientnet.models.presets import preset_config
+
+    return SCALING[preset_config(model)["variant"]].resolution
+
+
+def resolution_rule_problem(config: TrainConfig) -> str | None:
+    """One line saying how a reduced-resolution recipe breaks train_res = test_res (mod 32), or
+    None when it keeps the rule (or trains and tests at one resolution).
+
+    A stride-32 network's last feature map and its padding pattern only match between the two
+    resolutions when they agree modulo 32 (docs/recipes.md): at 32 -> 40 px the tiny model's
+    last map is 1x1 in training and 2x2 at test, and the head fine-tune measures that mismatch
+    before it measures the method."""
+    if config.mode != "train_and_finetune":
+        return None
+    native = native_resolution(config.model)
+    train, test = config.train_resolution or native, config.test_resolution or native
+    if train % 32 == test % 32:
+        return None
+    # The paper's reduced resolutions keep about half the pixels (B0: 160 for 224).
+    candidates = [r for r in range(test - 32, 31, -32) if r * r <= 0.6 * test * test]
+    hint = f"; e.g. --train_resolution={candidates[0]}" if candidates else ""
+    return (f"--train_resolution={train} and --test_resolution={test} differ modulo 32 "
+            f"({train % 32} vs {test % 32}): the last feature map and padding change between "
+            f"training and the fine-tune; pick train = test (mod 32){hint}")
+
+
 def preset_block_names(model: str) -> list[str]:
     """Block names of a preset (split points), without building the model."""
     from keras_efficientnet.models.architecture import SCALING, block_specs

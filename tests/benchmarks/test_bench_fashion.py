@@ -123,14 +123,14 @@ def test_an_edited_flagfile_is_a_different_run_but_an_edited_comment_is_not(tmp_
     monkeypatch.setattr(bench_fashion, "FLAGS_DIR", flags_dir)
     monkeypatch.setattr(bench_fashion, "train_recipe", stand_in)
     bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
-    gn = flags_dir / "fashion-mnist-g16-gn.flags"
+    gn = flags_dir / "fashion-mnist-96-g16-gn-reduced.flags"
     gn.write_text("# another measured figure\n" + gn.read_text())
     bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
     assert len(calls) == 3  # a comment is not the recipe: every row is kept
     gn.write_text(gn.read_text().replace("--learning_rate=0.002", "--learning_rate=0.004"))
     bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
     assert len(calls) == 6  # the recipes changed: the earlier rows do not stand for them
-    gn.write_text(gn.read_text().replace("--epochs=6", "--epochs=18"))
+    gn.write_text(gn.read_text().replace("--epochs=12", "--epochs=18"))
     bench_fashion.main(time_args(tmp_path, "--seeds", "0"))
     assert len(calls) == 6  # the benchmark sets the length itself: the rows still stand
 
@@ -153,7 +153,7 @@ def test_microbatch_keeps_the_regularization_its_rows_ran_with():
     args = bench_fashion.build_parser().parse_args(["microbatch"])
     base = bench_fashion.microbatch_base(args)
     # The rows in benchmarks/results/fashion_microbatch.jsonl ran with these settings, whatever
-    # flags/fashion-mnist-g16-lnpn.flags says now.
+    # flags/fashion-mnist-g16-lnpn-native.flags says now.
     assert (base.crop_area_min, base.label_smoothing, base.dropout_rate,
             base.drop_connect_rate) == (0.25, 0.1, 0.1, 0.1)
     assert base.eval_resize_ratio == pytest.approx(256 / 224)
@@ -173,9 +173,9 @@ def test_time_row_format(tmp_path, monkeypatch):
         assert row["seconds"] == pytest.approx(row["train_seconds"] + row["finetune_seconds"])
         assert row["train_images"] == 1 * 3 * 64 and row["note"] == "test"
     by_variant = {row["variant"]: row for row in rows}
-    lnpn = by_variant["G16-LN+PN reduced + fine-tune"]
-    assert (lnpn["resolution"], lnpn["test_resolution"], lnpn["finetune_epochs"]) == (32, 40, 1)
-    assert by_variant[bench_fashion.BASELINE]["resolution"] == 40
+    lnpn = by_variant["G16-LN+PN 64 -> 96 + head"]
+    assert (lnpn["resolution"], lnpn["test_resolution"], lnpn["finetune_epochs"]) == (64, 96, 1)
+    assert by_variant[bench_fashion.BASELINE]["resolution"] == 96
     baseline = by_variant[bench_fashion.BASELINE]
     assert baseline["finetune_epochs"] == 0
     assert (baseline["top1_moving_averages"], baseline["bn_seconds"]) == (0.1, 0.5)
@@ -250,14 +250,14 @@ def test_both_experiments_train_on_the_real_files(tmp_path):
     # A few updates each, through the real trainer: the rows, the re-estimated G1-BN score and
     # the charts come out; the figures themselves mean nothing at this length.
     bench_fashion.main(["time", "--recipes", bench_fashion.BASELINE,
-                        "G16-LN+PN reduced + fine-tune", "--updates-per-epoch", "2",
+                        "G16-LN+PN 64 -> 96 + head", "--updates-per-epoch", "2",
                         "--eval-steps", "1", "--bn-batches", "2", "--seeds", "0",
                         "--output-dir", str(tmp_path)])
     rows = charts.read_rows(tmp_path / "fashion_time.jsonl")
     assert [r["variant"] for r in rows] == [bench_fashion.BASELINE,
-                                            "G16-LN+PN reduced + fine-tune"]
+                                            "G16-LN+PN 64 -> 96 + head"]
     assert rows[0]["bn_seconds"] > 0 and 0 <= rows[0]["top1_moving_averages"] <= 1
-    assert rows[1]["finetune_seconds"] > 0 and rows[1]["resolution"] == 32
+    assert rows[1]["finetune_seconds"] > 0 and rows[1]["resolution"] == 64
     bench_fashion.main(["microbatch", "--norms", "BN", "LN+PN", "--micro-batches", "2", "4",
                         "--global-batch", "4", "--updates-per-epoch", "2", "--eval-steps", "1",
                         "--bn-batches", "2", "--seeds", "0", "--output-dir", str(tmp_path)])

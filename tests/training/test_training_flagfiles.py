@@ -39,19 +39,49 @@ def test_the_paper_presets_are_all_there():
 def test_flagfile_parses_and_opens_with_a_comment(path):
     assert path.read_text().startswith("# ")
     config = _parse(path)
-    if config.mode == "train_and_finetune" and path.name.startswith("fashion-mnist-"):
-        # Fashion-MNIST's 28x28 images: 32 px below the test resolution would halve the scale
-        # (flags/generate.py), so these recipes step by less and only need a smaller train_res.
-        assert 32 <= config.train_resolution < config.test_resolution
-    elif config.mode == "train_and_finetune":
+    if config.mode == "train_and_finetune":
         # The paper picks train_res with the same residue mod 32 as test_res.
         assert config.train_resolution % 32 == config.test_resolution % 32
 
 
-def test_generate_py_rewrites_every_committed_flagfile_byte_for_byte(tmp_path):
+def _generate_module():
     spec = importlib.util.spec_from_file_location("generate", FLAGS_DIR / "generate.py")
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
+    return generate
+
+
+def test_generate_py_refuses_a_reduced_recipe_that_breaks_the_mod_32_rule(tmp_path, monkeypatch):
+    generate = _generate_module()
+    recipe = generate.FASHION_RECIPES["96-g16-lnpn-reduced"]
+    # 32 -> 40 px: the last feature map is 1x1 in training and 2x2 at test (32 % 32 != 40 % 32).
+    monkeypatch.setitem(generate.FASHION_RECIPES, "broken", (*recipe[:2], 32, 40, *recipe[4:]))
+    with pytest.raises(SystemExit, match=r"refusing to write fashion-mnist-broken\.flags: "
+                       r"--train_resolution=32 and --test_resolution=40 differ modulo 32"):
+        generate.main(["--output_dir", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []  # nothing written, the good files neither
+    # 64 -> 96 keeps it (0 == 0) and is written.
+    monkeypatch.setitem(generate.FASHION_RECIPES, "broken", (*recipe[:2], 64, 96, *recipe[4:]))
+    generate.main(["--output_dir", str(tmp_path)])
+    assert (tmp_path / "fashion-mnist-broken.flags").exists()
+
+
+def test_the_command_line_warns_in_one_line_for_a_recipe_that_breaks_the_rule(tmp_path, capsys):
+    path = tmp_path / "broken.flags"
+    path.write_text((FLAGS_DIR / "fashion-mnist-96-g16-lnpn-reduced.flags").read_text()
+                    .replace("--train_resolution=64", "--train_resolution=80"))
+    config = _parse(path)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["warning: --train_resolution=80 and --test_resolution=96 differ modulo 32 "
+                     "(16 vs 0): the last feature map and padding change between training and "
+                     "the fine-tune; pick train = test (mod 32); e.g. --train_resolution=64"]
+    assert config.train_resolution == 80  # a warning, not a refusal
+    _parse(FLAGS_DIR / "fashion-mnist-96-g16-lnpn-reduced.flags")
+    assert capsys.readouterr().err == ""
+
+
+def test_generate_py_rewrites_every_committed_flagfile_byte_for_byte(tmp_path):
+    generate = _generate_module()
     generate.main(["--output_dir", str(tmp_path)])
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == [p.name for p in FLAGFILES]  # no committed flagfile it does not write

@@ -21,6 +21,7 @@ from keras_efficientnet.training import (  # noqa: E402
     lr_schedule,
     trainer,
 )
+from keras_efficientnet.training.config import ResolutionRuleWarning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -258,7 +259,7 @@ def test_finetune_without_a_checkpoint_fails_before_any_work(tmp_path):
 
 
 def test_resolutions_warn_when_they_differ_modulo_32(tmp_path):
-    with pytest.warns(UserWarning, match="differ modulo 32"):
+    with pytest.warns(ResolutionRuleWarning, match="differ modulo 32"):
         trainer.resolutions(_config(tmp_path, mode="train_and_finetune", train_resolution=48,
                                     test_resolution=64))
     assert trainer.resolutions(_config(tmp_path, mode="train_and_finetune",

@@ -1,0 +1,435 @@
+"""Fashion-MNIST with the paper's protocol: each recipe's full schedule as the user runs it.
+
+Run with `make benchmark-fashion-protocol` (`EXPERIMENT=native40|table96`); `python -m
+benchmarks.bench_fashion_protocol --help` lists the options. The data is Debian's
+`dataset-fashion-mnist` (`make data-fashion`).
+
+Experiments (recipes are flags/fashion-mnist-*.flags, written by flags/generate.py):
+- `native40`: G1-BN, G1-GN, G16-GN and G16-LN+PN trained and tested at 40 px, 22 epochs: is the
+  paper's model on a par with EfficientNet at native resolution?
+- `table96`: test resolution 96, 12 epochs: G1-BN native, G1-GN / G16-GN / G16-LN+PN native with
+  their head fine-tune, and G16-GN / G16-LN+PN trained at 64 px (train = test mod 32, 0.44 of the
+  pixels) with the head fine-tuned at 96 px.
+
+Each (recipe, seed) is the training command itself, `python -m keras_efficientnet.train
+--flagfile=... --seed=S --model_dir=runs/bench-fashion/<recipe>-s<S>`, in its own run directory,
+so a stopped benchmark resumes from the run's last checkpoint (the trainer's own resume). Then one
+evaluation of the shipped model on `test` (one pass and flip test-time augmentation), the only
+time the test split is read, and one JSON row in benchmarks/results/fashion_protocol.jsonl with
+the per-epoch validation curve against training seconds (metrics.csv). A row already there for
+the same recipe text and seed is not rerun. The load average is sampled while a run trains, so
+each row says whether its seconds are quiet.
+
+`--quick` runs every recipe for 2 epochs of 20 updates (rows marked `"quick": true`, runs under
+runs/bench-fashion-quick) as a check of the whole path in minutes; `--smoke` does one epoch of 2
+updates on the embedded digits into a temporary folder (the test suite's check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.bench_fashion import append_row, done_keys, mean_interval, paired_difference
+from benchmarks.charts import read_rows
+from benchmarks.common import machine, make_row, results_dir
+
+REPO = Path(__file__).resolve().parents[1]
+FLAGS_DIR = REPO / "flags"
+RESULTS_FILE = "fashion_protocol.jsonl"
+# Experiment -> recipe (flags/fashion-mnist-<recipe>.flags) -> its label in rows and charts.
+EXPERIMENTS = {
+    "native40": {
+        "g1-bn-native": "G1-BN native 40",
+        "g1-gn-native": "G1-GN native 40",
+        "g16-gn-native": "G16-GN native 40",
+        "g16-lnpn-native": "G16-LN+PN native 40",
+    },
+    "table96": {
+        "96-g1-bn-native": "G1-BN native 96",
+        "96-g1-gn-native": "G1-GN native 96 + head",
+        "96-g16-gn-native": "G16-GN native 96 + head",
+        "96-g16-lnpn-native": "G16-LN+PN native 96 + head",
+        "96-g16-gn-reduced": "G16-GN 64 -> 96 + head",
+        "96-g16-lnpn-reduced": "G16-LN+PN 64 -> 96 + head",
+    },
+}
+REFERENCE = {"native40": "g1-bn-native", "table96": "96-g1-bn-native"}
+# Flags each run sets itself: they leave the recipe's digest (seed and place are the run's).
+RUN_FLAGS = ("seed", "model_dir", "resume")
+QUICK = {"epochs": 2, "updates_per_epoch": 20, "eval_steps": 4, "warmup_epochs": 0.5}
+SMOKE = {"epochs": 1, "updates_per_epoch": 2, "eval_steps": 1, "warmup_epochs": 0.5,
+         "dataset": "digits", "eval_split": "validation", "micro_batch_size": 8,
+         "finetune_batch_size": 8}
+LOAD_SAMPLE_SECONDS = 30.0
+# A run whose mean 1-minute load average (its own process included) stays under this had the
+# machine's cores to itself: 2 cores, one busy run uses about 1-2.
+QUIET_LOAD = 2.5
+
+
+def flagfile(recipe: str) -> Path:
+    return FLAGS_DIR / f"fashion-mnist-{recipe}.flags"
+
+
+def recipe_digest(recipe: str, overrides: dict) -> str:
+    """The recipe's flag lines (comments and the run's own flags aside) and the overrides: a row
+    measured with another version of the recipe is not taken for this one."""
+    lines = [line for line in flagfile(recipe).read_text().splitlines()
+             if line.startswith("--") and line[2:].split("=")[0] not in RUN_FLAGS]
+    lines += [f"--{k}={v}" for k, v in sorted(overrides.items())]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def run_key(recipe: str, seed: int, overrides: dict) -> str:
+    return json.dumps({"recipe": recipe, "seed": seed,
+                       "digest": recipe_digest(recipe, overrides)}, sort_keys=True)
+
+
+class LoadSampler:
+    """Samples the 1-minute load average every `every` seconds in a daemon thread."""
+
+    def __init__(self, every: float = LOAD_SAMPLE_SECONDS):
+        self.every, self.samples = every, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=self.every + 5)
+
+    def summary(self) -> dict:
+        samples = self.samples or [os.getloadavg()[0]]
+        mean = sum(samples) / len(samples)
+        return {"load_average_mean": round(mean, 2), "load_average_max": round(max(samples), 2),
+                "quiet": mean < QUIET_LOAD}
+
+
+def command(recipe: str, seed: int, run_dir: Path, overrides: dict, *extra: str) -> list[str]:
+    flags = [f"--flagfile={flagfile(recipe)}", f"--seed={seed}", f"--model_dir={run_dir}"]
+    flags += [f"--{k}={v}" for k, v in sorted(overrides.items())]
+    return [sys.executable, "-m", "keras_efficientnet.train", *flags, *extra]
+
+
+def run_command(argv: list[str], log: Path, timeout: float) -> None:
+    """Runs one command of the benchmark, its output appended to `log`; a failure raises with
+    the log's last lines (a run that hangs is stopped at `timeout` seconds)."""
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        try:
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                    timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{' '.join(argv[2:5])} did not finish in {timeout:.0f} s; "
+                               f"see {log}") from None
+    if result.returncode:
+        tail = log.read_text(errors="replace").splitlines()[-8:]
+        raise RuntimeError(f"exit {result.returncode}: {' '.join(argv[2:5])}; {log}:\n"
+                           + "\n".join(tail))
+
+
+def read_curve(run_dir: Path) -> list[dict]:
+    """The run's per-epoch validation against seconds, from its metrics.csv."""
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+
+    def number(value):
+        return float(value) if value not in (None, "") else None
+
+    return [{"epoch": int(float(r["epoch"])), "val_top1": number(r.get("val_top1")),
+             "top1": number(r.get("top1")), "train_seconds": number(r.get("train_seconds")),
+             "wall_seconds": number(r.get("wall_seconds"))} for r in rows]
+
+
+def finished(run_dir: Path) -> dict | None:
+    """The run's results.json once its whole schedule (and fine-tune) has run, else None."""
+    path = run_dir / "results.json"
+    if not path.is_file() or not (run_dir / "model.keras").is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def train_images(trained: dict) -> int:
+    """Images the training phase saw: epochs x updates x global batch (plan.updates_per_epoch:
+    --updates_per_epoch, else whole batches of one pass)."""
+    config, batch = trained["config"], trained["global_batch_size"]
+    updates = config["updates_per_epoch"] or trained["train_examples"] // batch
+    return config["epochs"] * updates * batch
+
+
+def protocol_row(experiment: str, recipe: str, seed: int, args, overrides: dict, key: str,
+                 trained: dict, scored: dict, curve: list[dict], load: dict,
+                 reference_ips: float | None) -> dict:
+    config = trained["config"]
+    images = trained.get("images_per_second") or 0.0
+    last = curve[-1] if curve else {}
+    label = EXPERIMENTS[experiment][recipe]
+    finetuned = config["mode"] == "train_and_finetune"
+    is_reference = recipe == REFERENCE[experiment]
+    return make_row(
+        "fashion_protocol", machine=machine(), backend="tensorflow", variant=label,
+        resolution=config["train_resolution"], batch=config["micro_batch_size"],
+        precision=config["precision"], images_per_second=images,
+        reference=(EXPERIMENTS[experiment][REFERENCE[experiment]]
+                   if reference_ips or is_reference else label),
+        reference_images_per_second=reference_ips or images,
+        experiment=experiment, recipe=recipe, flagfile=f"flags/{flagfile(recipe).name}",
+        run_key=key, schedule={"digest": json.loads(key)["digest"], **overrides},
+        seed=seed, quick=bool(args.quick), smoke=bool(args.smoke),
+        overrides=overrides, model=config["model"], dataset=config["dataset"],
+        train_resolution=config["train_resolution"], test_resolution=config["test_resolution"],
+        epochs=config["epochs"], finetune_epochs=config["finetune_epochs"] if finetuned else 0,
+        train_images=train_images(trained),
+        top1=round(scored["top1"], 4), top5=round(scored["top5"], 4),
+        flip_top1=round(scored["flip_top1"], 4) if "flip_top1" in scored else None,
+        test_images=scored.get("images"), eval_split=scored["split"],
+        val_top1_before_finetune=trained.get("top1_before_finetune"),
+        val_top1=trained.get("top1"), curve=curve,
+        train_seconds=last.get("train_seconds"), seconds=round(trained["wall_seconds"], 1),
+        **load)
+
+
+def evaluate_run(recipe, seed, run_dir, overrides, split, log, timeout) -> dict:
+    """Scores the shipped model on `split` once (one pass and, as the recipe asks, flips)."""
+    out = run_dir / "results-evaluate.json"
+    run_command(command(recipe, seed, run_dir, overrides, "--mode=evaluate",
+                        f"--eval_split={split}"), log, timeout)
+    scored = json.loads(out.read_text())
+    scored["split"] = split
+    return scored
+
+
+def run_one(experiment: str, recipe: str, seed: int, args, path: Path, runs: Path) -> dict:
+    overrides = dict(SMOKE if args.smoke else QUICK if args.quick else {})
+    key = run_key(recipe, seed, overrides)
+    run_dir = runs / f"{recipe}-s{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir.parent / f"{recipe}-s{seed}.log"
+    with LoadSampler(args.load_every) as sampler:
+        if finished(run_dir) is None:  # else a stopped benchmark trained it already
+            run_command(command(recipe, seed, run_dir, overrides), log, args.run_timeout)
+    trained = finished(run_dir)
+    if trained is None:
+        raise RuntimeError(f"{run_dir} has no results.json and model.keras after training")
+    split = "validation" if args.smoke else "test"
+    scored = evaluate_run(recipe, seed, run_dir, overrides, split, log, args.run_timeout)
+    reference = None
+    if recipe != REFERENCE[experiment]:
+        for row in read_rows(path) if path.exists() else []:
+            if (row.get("recipe") == REFERENCE[experiment] and row["seed"] == seed
+                    and row.get("quick") == bool(args.quick)):
+                reference = row["images_per_second"]
+    row = protocol_row(experiment, recipe, seed, args, overrides, key, trained, scored,
+                       read_curve(run_dir), sampler.summary(), reference)
+    append_row(path, row)
+    return row
+
+
+# ---------------------------------------------------------------- reading the rows
+
+
+def first_reach(curve: list[dict], target: float) -> float | None:
+    """Training seconds at the end of the first epoch whose validation top-1 reaches `target`
+    (None when it never does)."""
+    for point in curve:
+        if point["val_top1"] is not None and point["val_top1"] >= target:
+            return point["train_seconds"]
+    return None
+
+
+def summarize(rows: list[dict], experiment: str) -> dict:
+    """Per recipe: test top-1 (one pass, flip), seconds, images/s as mean and 95% t interval;
+    the seconds to first reach the reference's mean final validation top-1."""
+    own = [r for r in rows if r.get("experiment") == experiment]
+    by_recipe: dict = {}
+    for row in own:
+        by_recipe.setdefault(row["recipe"], []).append(row)
+    reference = by_recipe.get(REFERENCE[experiment], [])
+    target = (sum(r["curve"][-1]["val_top1"] for r in reference) / len(reference)
+              if reference else None)
+    summary = {}
+    for recipe, group in by_recipe.items():
+        reach = [first_reach(r["curve"], target) if target else None for r in group]
+        summary[recipe] = {
+            "label": EXPERIMENTS[experiment][recipe], "seeds": sorted(r["seed"] for r in group),
+            "top1": mean_interval([r["top1"] for r in group]),
+            "flip_top1": (mean_interval([r["flip_top1"] for r in group])
+                          if all(r.get("flip_top1") is not None for r in group) else None),
+            "train_seconds": mean_interval([r["train_seconds"] for r in group]),
+            "images_per_second": mean_interval([r["images_per_second"] for r in group]),
+            "quiet": all(r.get("quiet") for r in group),
+            "top1_by_seed": {r["seed"]: r["top1"] for r in group},
+            "target": target,
+            "seconds_to_target": (mean_interval([s for s in reach if s is not None])
+                                  if any(s is not None for s in reach) else None),
+            "reached": sum(s is not None for s in reach),
+            "final_val_top1": mean_interval([r["curve"][-1]["val_top1"] for r in group]),
+        }
+    return summary
+
+
+def _interval(result: dict | None, digits: int = 4) -> str:
+    if result is None:
+        return "-"
+    if result["half_width"] is None:
+        return f"{result['mean']:.{digits}f} (1 seed)"
+    return f"{result['mean']:.{digits}f} +/- {result['half_width']:.{digits}f}"
+
+
+def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dict:
+    rows = [r for r in (read_rows(path) if path.exists() else [])
+            if bool(r.get("quick")) == quick and bool(r.get("smoke")) == smoke]
+    summary = summarize(rows, experiment)
+    kind = " (smoke pass)" if smoke else " (quick pass)" if quick else ""
+    print(f"\n{experiment}{kind}: {len(summary)} recipes")
+    print(f"{'recipe':28s} {'test top-1':>18s} {'flip':>18s} {'train s':>16s} "
+          f"{'img/s':>14s} {'s to target':>16s} seeds quiet")
+    for s in summary.values():
+        print(f"{s['label']:28s} {_interval(s['top1']):>18s} {_interval(s['flip_top1']):>18s} "
+              f"{_interval(s['train_seconds'], 0):>16s} "
+              f"{_interval(s['images_per_second'], 0):>14s} "
+              f"{_interval(s['seconds_to_target'], 0):>16s} {s['seeds']} {s['quiet']}")
+    reference = summary.get(REFERENCE[experiment])
+    for recipe, s in summary.items():
+        if reference is None or recipe == REFERENCE[experiment]:
+            continue
+        diff = paired_difference(s["top1_by_seed"], reference["top1_by_seed"])
+        if diff is not None:
+            print(f"  {s['label']} - {reference['label']}: {_interval(diff)} "
+                  f"({'separated' if diff['separated'] else 'not separated'})")
+    if rows and summary:
+        draw_curves(path.with_name(f"fashion_protocol_{experiment}"
+                                   f"{'_quick' if quick else ''}.png"), rows, experiment)
+    return summary
+
+
+def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
+    """Validation top-1 against training seconds: per recipe, the mean over seeds at each epoch
+    with a band from the lowest to the highest seed."""
+    try:
+        from benchmarks import charts
+
+        plt = charts._pyplot()
+    except ImportError:
+        print(f"no chart for {png}: matplotlib is not installed here")
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    by_recipe: dict = {}
+    for row in rows:
+        if row.get("experiment") == experiment:
+            by_recipe.setdefault(row["recipe"], []).append(row)
+    for recipe, group in by_recipe.items():
+        epochs = min(len(r["curve"]) for r in group)
+        points = [[r["curve"][e] for r in group] for e in range(epochs)]
+        points = [p for p in points if all(q["val_top1"] is not None for q in p)]
+        if not points:
+            continue
+        seconds = [sum(q["train_seconds"] for q in p) / len(p) for p in points]
+        means = [sum(q["val_top1"] for q in p) / len(p) for p in points]
+        handle, = ax.plot(seconds, means, "o-", markersize=3,
+                          label=f"{EXPERIMENTS[experiment][recipe]} ({len(group)} seeds)")
+        ax.fill_between(seconds, [min(q["val_top1"] for q in p) for p in points],
+                        [max(q["val_top1"] for q in p) for p in points],
+                        color=handle.get_color(), alpha=0.15)
+        finals = [(r["train_seconds"], r["val_top1"]) for r in group
+                  if r.get("val_top1") is not None and r.get("train_seconds") is not None]
+        if finals and group[0].get("finetune_epochs"):
+            ax.plot(*zip(*finals), "*", color=handle.get_color(), markersize=9)
+    ax.set_xlabel("training seconds (validation and checkpoints excluded)")
+    ax.set_ylabel("validation top-1 (band: lowest to highest seed)")
+    ax.set_title(f"Fashion-MNIST, {experiment}: validation top-1 against training time "
+                 "(stars: after the head fine-tune)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return charts._save(plt, fig, png, rows[0]["machine"])
+
+
+# ---------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", choices=list(EXPERIMENTS))
+    parser.add_argument("--recipes", nargs="+", default=None,
+                        help="a subset of the experiment's recipes (default: all)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--quick", action="store_true",
+                        help="2 epochs of 20 updates per run: the whole path in minutes")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1 epoch of 2 updates on digits, rows and runs in a temporary "
+                             "folder (tests)")
+    parser.add_argument("--runs-dir", default=None,
+                        help="run directories (default runs/bench-fashion[-quick])")
+    parser.add_argument("--run-timeout", type=float, default=6 * 3600.0,
+                        help="seconds one training or evaluation command may take")
+    parser.add_argument("--load-every", type=float, default=LOAD_SAMPLE_SECONDS)
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: summarize and chart the rows already written")
+    parser.add_argument("--output-dir", default=None,
+                        help="default $KE_BENCH_RESULTS or benchmarks/results")
+    return parser
+
+
+def main(argv=None) -> dict:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    recipes = args.recipes or list(EXPERIMENTS[args.experiment])
+    unknown = [r for r in recipes if r not in EXPERIMENTS[args.experiment]]
+    if unknown:
+        parser.error(f"--recipes {unknown} are not in {args.experiment}: "
+                     f"{list(EXPERIMENTS[args.experiment])}")
+    missing = [str(flagfile(r)) for r in recipes if not flagfile(r).is_file()]
+    if missing:
+        parser.error(f"recipe flagfiles missing: {missing} (python flags/generate.py)")
+    scratch = Path(tempfile.mkdtemp(prefix="bench-fashion-protocol-")) if args.smoke else None
+    output = scratch if args.smoke else results_dir(args.output_dir)
+    runs = Path(args.runs_dir) if args.runs_dir else (
+        scratch / "runs" if args.smoke
+        else REPO / "runs" / ("bench-fashion-quick" if args.quick else "bench-fashion"))
+    path = output / RESULTS_FILE
+    try:
+        if not args.report_only:
+            done = done_keys(path)
+            for seed in args.seeds:
+                for recipe in recipes:
+                    key = run_key(recipe, seed, dict(SMOKE if args.smoke else
+                                                     QUICK if args.quick else {}))
+                    if key in done:
+                        print(f"  seed {seed} {recipe}: already in {path.name}, skipped",
+                              flush=True)
+                        continue
+                    started = time.perf_counter()
+                    row = run_one(args.experiment, recipe, seed, args, path, runs)
+                    print(f"  seed {seed} {recipe}: test top-1 {row['top1']:.4f}"
+                          f" (flip {row['flip_top1']}), {row['train_seconds']} s training at "
+                          f"{row['images_per_second']:.0f} img/s, load "
+                          f"{row['load_average_mean']}; {time.perf_counter() - started:.0f} s",
+                          flush=True)
+        return report(path, args.experiment, args.quick, args.smoke)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
