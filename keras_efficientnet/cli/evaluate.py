@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from keras_efficientnet.predict import BAD_INPUT, BadInput, _Parser, check_model_file
+from keras_efficientnet.cli.predict import BAD_INPUT, BadInput, _Parser, check_model_file
 
 
 def build_parser() -> argparse.ArgumentParser:

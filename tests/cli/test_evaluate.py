@@ -14,7 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_efficientnet as ke
-from keras_efficientnet import evaluate
+from keras_efficientnet.cli import evaluate
 from keras_efficientnet.datasets.preprocessing import center_crop
 
 pytestmark = pytest.mark.tf_only

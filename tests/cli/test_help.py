@@ -38,7 +38,7 @@ def test_help_lists_the_project_flags_by_group_with_defaults():
 
 
 def test_every_config_field_has_a_group():
-    from keras_efficientnet.train import project_flag_names
+    from keras_efficientnet.cli.train import project_flag_names
 
     grouped = cli_help.project_flags(project_flag_names(), __import__("absl").flags.FLAGS)
     assert cli_help.OTHER not in grouped, (

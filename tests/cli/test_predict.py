@@ -15,7 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_efficientnet as ke
-from keras_efficientnet import predict
+from keras_efficientnet.cli import predict
 from keras_efficientnet.datasets.preprocessing import center_crop
 
 pytestmark = pytest.mark.tf_only

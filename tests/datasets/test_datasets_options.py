@@ -44,7 +44,7 @@ def test_frozen_and_checked_again_on_replace():
 
 
 def test_the_eval_resize_ratio_is_256_over_224_and_shared():
-    from keras_efficientnet import predict
+    from keras_efficientnet.cli import predict
     from keras_efficientnet.datasets import preprocessing
     from keras_efficientnet.training.config import TrainConfig
 

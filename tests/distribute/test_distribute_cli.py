@@ -99,7 +99,7 @@ def test_the_trainer_asks_for_a_runtime_instead_of_ignoring_the_plan(tmp_path):
 
 
 def test_cli_reports_a_bad_split_in_one_line(tmp_path, capsys):
-    from keras_efficientnet import train
+    from keras_efficientnet.cli import train
 
     try:
         flags.FLAGS(["prog", f"--flagfile={REPO / 'flags' / 'smoke.flags'}",

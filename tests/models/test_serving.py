@@ -233,7 +233,7 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
     import tensorflow as tf
     from PIL import Image
 
-    from keras_efficientnet import predict
+    from keras_efficientnet.cli import predict
     from keras_efficientnet.datasets.preprocessing import center_crop
 
     model = lnpn

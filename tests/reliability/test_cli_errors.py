@@ -9,7 +9,7 @@ import keras
 import pytest
 from absl import flags
 
-from keras_efficientnet import train as cli
+from keras_efficientnet.cli import train as cli
 from keras_efficientnet.training import TrainConfig
 from keras_efficientnet.training.checkpoint import CheckpointManager
 from tests.reliability.clitools import REPO, messages

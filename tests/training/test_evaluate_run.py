@@ -10,7 +10,7 @@ import re
 import pytest
 from absl import flags
 
-from keras_efficientnet import train as cli
+from keras_efficientnet.cli import train as cli
 from tests.reliability.clitools import REPO
 
 pytestmark = pytest.mark.tf_only

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 import keras_efficientnet as ke
-from keras_efficientnet import predict
+from keras_efficientnet.cli import predict
 from keras_efficientnet.training import TrainConfig, trainer
 from tests.helpers import softmax
 
@@ -116,7 +116,7 @@ out["registered"] = sorted(c.__name__ for c in classes if keras.saving.get_regis
     keras.saving.get_registered_name(c)) is c)
 out["unregistered"] = sorted(c.__name__ for c in classes) and sorted(
     c.__name__ for c in classes if c.__name__ not in out["registered"])
-from keras_efficientnet import predict
+from keras_efficientnet.cli import predict
 printed = io.StringIO()
 with contextlib.redirect_stdout(printed):
     out["predict_rc"] = predict.main(["predict", "--model=" + args["model_file"],

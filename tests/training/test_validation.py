@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-from keras_efficientnet import train as cli
+from keras_efficientnet.cli import train as cli
 from keras_efficientnet.training import TrainConfig
 from keras_efficientnet.training.builders import (
     build_datasets,

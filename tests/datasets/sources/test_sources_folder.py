@@ -83,7 +83,7 @@ def test_a_folder_changed_just_before_listing_is_listed_again(folder, monkeypatc
 
 
 def test_predict_and_the_folder_source_take_the_same_image_files():
-    from keras_efficientnet import predict
+    from keras_efficientnet.cli import predict
     from keras_efficientnet.datasets import options
     from keras_efficientnet.datasets.sources import folder
 
