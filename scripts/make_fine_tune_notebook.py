@@ -100,7 +100,7 @@ shipped)."""),
     ("code", """shell("keras-efficientnet-train", "--mode=evaluate", f"--model_dir={RUN}",
       "--evaluate_weights=best")"""),
     ("markdown", "## Predict a folder into a CSV"),
-    ("code", """shell("keras-efficientnet-predict", f"--model={RUN / 'best.keras'}",
+    ("code", """shell("keras-efficientnet-predict", f"--model_file={RUN / 'best.keras'}",
       str(PHOTOS / "validation"), f"--output={RUN / 'predictions.csv'}", "--top_k=2")
 predictions = list(csv.DictReader(open(RUN / "predictions.csv")))
 print(", ".join(predictions[0]))

@@ -1,23 +1,49 @@
-"""What the command line says when a run cannot go on: one line and an exit status, no traceback.
+"""What a command says when it cannot go on: one line and an exit status, no traceback.
 
-Exit status: 0 done; 1 the run failed on its way (a NaN or diverged loss, a disk that refused a
-write); 2 bad input (flags, absl's own flag errors and unreadable flagfiles included, paths, data
-sources, a model_dir in use, a path of the run that is a link or not a regular file); 128 + N
-stopped by signal N (143 SIGTERM, 130 SIGINT) after checkpointing the current step: the same
-command resumes from there. Anything else is a bug and keeps its traceback.
+Every command (train, evaluate, predict, export, folder_to_tfrecord) exits with a status of
+`EXIT_STATUSES`, this module's one table, and refuses bad input by raising `BadInput` (or a
+ValueError) that its `main` prints as one `error:` line. Anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
-import sys
+import signal
 
-BAD_INPUT = 2
+DONE = 0
 RUN_FAILED = 1
+BAD_INPUT = 2
+SIGNAL_BASE = 128  # stopped by signal N: SIGNAL_BASE + N, as shells report it
+# The one table of exit statuses; every command's --help prints it (`exit_status_help`).
+EXIT_STATUSES = {
+    DONE: "done",
+    RUN_FAILED: "the run failed on its way (a NaN or diverged loss, a disk that refused a "
+                "write, an output that cannot be written)",
+    BAD_INPUT: "bad input: flags (absl's own flag errors and unreadable flagfiles included), "
+               "paths, files that are not images or models, data sources, a model_dir in use, "
+               "a path of the run that is a link or not a regular file",
+    SIGNAL_BASE + signal.SIGINT: "stopped by SIGINT (train: after checkpointing the current "
+                                 "step; the same command resumes from there)",
+    SIGNAL_BASE + signal.SIGTERM: "stopped by SIGTERM (as SIGINT)",
+}
+
+
+class BadInput(ValueError):
+    """A problem with a command's input: one `error:` line naming the flag, file or value and
+    what would be valid, and exit status BAD_INPUT, before any expensive work."""
+
+
+def exit_status_help() -> str:
+    """The exit-status table as the commands' --help prints it."""
+    return "exit status: " + "; ".join(f"{code} {text}" for code, text in EXIT_STATUSES.items())
+
+
 # Shown of a longer message (Keras puts whole tensors into some of its errors).
 MAX_LINES = 3
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """`error`'s message on one line (a long one cut to its first line and a count)."""
     lines = [line for line in str(error).strip().splitlines() if line.strip()] or [
         type(error).__name__]
     if len(lines) > MAX_LINES:
@@ -34,30 +60,17 @@ def describe(error: BaseException) -> tuple[str, int] | None:
     # By name, so that describing never imports TensorFlow or Keras.
     names = {cls.__name__ for cls in type(error).__mro__}
     if names & {"NonFiniteLossError", "DivergenceError", "CheckpointWriteError"}:
-        return f"error: {_one_line(error)}", RUN_FAILED
+        return f"error: {one_line(error)}", RUN_FAILED
     if "UnavailableError" in names:  # TensorFlow's collectives after a peer stopped or died
         return (f"error: a peer of this multi-worker run stopped answering "
-                f"({_one_line(error)}); start every worker again with the same command to "
+                f"({one_line(error)}); start every worker again with the same command to "
                 "resume from the last checkpoint"), RUN_FAILED
     if isinstance(error, (ValueError, ImportError, ConnectionError, FileNotFoundError,
                           NotADirectoryError, PermissionError)):
-        return f"error: {_one_line(error)}", BAD_INPUT
+        return f"error: {one_line(error)}", BAD_INPUT
     if isinstance(error, OSError):  # e.g. the disk filled while writing results
-        return f"error: {_one_line(error)}", RUN_FAILED
+        return f"error: {one_line(error)}", RUN_FAILED
     return None
-
-
-def parse_flags_or_exit(argv: list[str]) -> list[str]:
-    """absl's flag parsing (`app.run`'s `flags_parser`) with its errors as one line and exit
-    status 2: an unknown flag, a value of the wrong type, a flagfile that cannot be read."""
-    from absl import flags
-
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as error:
-        line = _one_line(error).removeprefix("ERROR:: ")  # absl's prefix of flagfile errors
-        print(f"error: {line} (--helpfull lists every flag)", file=sys.stderr, flush=True)
-        sys.exit(BAD_INPUT)
 
 
 def backend_problem(environ) -> str | None:

@@ -1,4 +1,4 @@
-"""`keras-efficientnet-evaluate --model=PATH.keras --dataset=SOURCE`: top-1, top-5, loss and
+"""`keras-efficientnet-evaluate --model_file=PATH.keras --dataset=SOURCE`: top-1, top-5, loss and
 images/s of a saved model on a held-out split (timm's validate.py for this project).
 
 The split is read as training runs evaluate it (decode, resize the short side to
@@ -12,38 +12,47 @@ To score a run directory with its own configuration use
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-from keras_efficientnet.cli.predict import BAD_INPUT, BadInput, _Parser, check_model_file
+from keras_efficientnet.cli.errors import BadInput
+from keras_efficientnet.cli.parser import (
+    CommandParser,
+    add_verbosity,
+    check_model_file,
+    command_status,
+    run_command,
+)
+from keras_efficientnet.datasets.source_table import missing_local_folder
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="keras-efficientnet-evaluate", description=__doc__.split("\n\n")[0],
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--model", help="a .keras model file (required)")
+    parser = CommandParser("keras-efficientnet-evaluate", __doc__)
+    parser.add_argument("--model_file", help="a .keras model file (required; --model is its "
+                        "deprecated spelling)")
     parser.add_argument("--dataset", default="digits", help="digits, fashion_mnist, "
                         "synthetic, folder:PATH, tfds:NAME or tfrecord:PATTERN")
     parser.add_argument("--data_dir", default="", help="data directory of the source")
-    parser.add_argument("--split", default="validation", help="the split to score")
+    parser.add_argument("--eval_split", default="validation", help="the split to score "
+                        "(--split is its deprecated spelling)")
     parser.add_argument("--resolution", type=int, default=0, help="0 = the model's")
     parser.add_argument("--batch_size", type=int, default=32, help="images per batch")
     parser.add_argument("--steps", type=int, default=0, help="batches to score; 0 = all")
-    parser.add_argument("--verbosity", type=int, default=0, help="1 shows TensorFlow's "
-                        "start-up lines")
+    add_verbosity(parser)
     return parser
 
 
 def _check(args) -> None:
-    check_model_file(args.model)
+    check_model_file(args.model_file)
     for name, low in (("batch_size", 1), ("steps", 0), ("resolution", 0)):
         if getattr(args, name) < low:
             raise BadInput(f"--{name}={getattr(args, name)}: must be at least {low}")
-    kind, _, where = args.dataset.partition(":")
-    if kind == "folder" and where and "://" not in where and not os.path.isdir(where):
-        raise BadInput(f"--dataset={args.dataset}: folder {where!r} does not exist; expected "
-                       f"{where}/{args.split}/<class>/*.jpg")
+    try:
+        problem = missing_local_folder(args.dataset, args.eval_split)
+    except ValueError as error:  # an unknown kind or a missing argument
+        raise BadInput(f"--dataset: {error}") from None
+    if problem:
+        raise BadInput(f"--dataset={args.dataset}: {problem}")
 
 
 def score(model, dataset, batches: int) -> dict:
@@ -73,13 +82,13 @@ def _run(args) -> dict:
 
     from keras_efficientnet import datasets
 
-    model = keras.models.load_model(args.model)
+    model = keras.models.load_model(args.model_file)
     resolution = args.resolution or model.input_shape[1]
     if resolution is None:
-        raise BadInput(f"{args.model} takes any resolution; give --resolution")
+        raise BadInput(f"{args.model_file} takes any resolution; give --resolution")
     options = datasets.InputOptions(
-        source=args.dataset, split=args.split, image_size=resolution, batch_size=args.batch_size,
-        training=False, augment=False, mix=False, repeat=False,
+        source=args.dataset, split=args.eval_split, image_size=resolution,
+        batch_size=args.batch_size, training=False, augment=False, mix=False, repeat=False,
         data_dir=args.data_dir or None, num_classes=model.output_shape[-1])
     examples = datasets.dataset_info(options.source, options.split, data_dir=options.data_dir,
                                      num_classes=options.num_classes).num_examples
@@ -88,26 +97,27 @@ def _run(args) -> dict:
                  min(batches, args.steps) if args.steps else batches)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv if argv is None else argv
+def _evaluate(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv[1:])
+    _check(args)
     try:
-        args = build_parser().parse_args(argv[1:])
-        _check(args)
         result = _run(args)
-    except (BadInput, ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
-    print(f"{args.model} on {args.dataset} ({args.split}, {result['images']} images): "
+    except (ValueError, FileNotFoundError) as error:  # the data source's, found reading it
+        raise BadInput(str(error)) from None
+    print(f"{args.model_file} on {args.dataset} ({args.eval_split}, {result['images']} images): "
           f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  loss {result['loss']:.4f}  "
           f"{result['images_per_second']:.1f} images/s")
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status."""
+    return command_status(_evaluate, sys.argv if argv is None else argv)
+
+
 def run() -> None:
     """Console-script entry point (`keras-efficientnet-evaluate`)."""
-    sys.exit(main())
+    run_command(main)
 
 
 if __name__ == "__main__":

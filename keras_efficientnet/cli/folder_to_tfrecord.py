@@ -23,6 +23,8 @@ import sys
 import tensorflow as tf
 
 from keras_efficientnet.atomic import write_atomically
+from keras_efficientnet.cli.errors import DONE, BadInput
+from keras_efficientnet.cli.parser import CommandParser, command_status, run_command
 from keras_efficientnet.datasets import preprocessing, sources
 
 
@@ -105,9 +107,8 @@ def convert(input_dir: str, output_dir: str, splits: list[str] | None = None,
     return info
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="keras-efficientnet-folder-to-tfrecord",
-                                     description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = CommandParser("keras-efficientnet-folder-to-tfrecord", __doc__)
     parser.add_argument("--input_dir", required=True, help="folder with <split>/<class>/ images")
     parser.add_argument("--output_dir", required=True, help="where the shards are written")
     parser.add_argument("--splits", default=None,
@@ -118,21 +119,30 @@ def main(argv: list[str] | None = None) -> None:
                         help="skip the decode check (faster; the pipeline still skips bad files)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the record order")
     parser.add_argument("--workers", type=int, default=4, help="shards written in parallel")
-    args = parser.parse_args(argv)
-    convert(args.input_dir, args.output_dir,
-            splits=args.splits.split(",") if args.splits else None,
-            images_per_shard=args.images_per_shard, validate=not args.no_validate,
-            seed=args.seed, workers=args.workers)
+    return parser
+
+
+def _convert(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv[1:])
+    try:
+        convert(args.input_dir, args.output_dir,
+                splits=args.splits.split(",") if args.splits else None,
+                images_per_shard=args.images_per_shard, validate=not args.no_validate,
+                seed=args.seed, workers=args.workers)
+    except (ValueError, FileNotFoundError) as error:
+        raise BadInput(str(error)) from None
+    return DONE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status:
+    bad input is one line and exit status 2 (`cli.errors`)."""
+    return command_status(_convert, sys.argv if argv is None else argv)
 
 
 def run() -> None:
-    """Console-script entry point (`keras-efficientnet-folder-to-tfrecord`): bad input is one
-    line and exit status 2."""
-    try:
-        main()
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    """Console-script entry point (`keras-efficientnet-folder-to-tfrecord`)."""
+    run_command(main)
 
 
 if __name__ == "__main__":

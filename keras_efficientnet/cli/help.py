@@ -6,6 +6,8 @@ import textwrap
 
 from absl import flags
 
+from keras_efficientnet.cli.errors import exit_status_help
+
 # Group titles in the order `--help` prints them, and the flags of each. A flag in none of
 # them prints under "other" (a new config field that this table has not caught up with).
 GROUPS = {
@@ -67,4 +69,5 @@ def grouped_help(names, flag_values: flags.FlagValues = flags.FLAGS) -> str:
         parts.append("")
     parts.append("--verbosity=0 shows TensorFlow's and absl's start-up logs (quiet by "
                  "default); --helpfull lists absl's own flags too.")
+    parts.append(textwrap.fill(exit_status_help(), 96))
     return "\n".join(parts)

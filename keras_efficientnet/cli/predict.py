@@ -1,4 +1,4 @@
-"""`keras-efficientnet-predict --model=MODEL.keras PATH...`: the top classes of each image.
+"""`keras-efficientnet-predict --model_file=MODEL.keras PATH...`: the top classes of each image.
 
 PATHs are image files or folders (searched recursively for .jpg, .jpeg, .png, .bmp and .gif).
 Each image is read as a training run evaluates it: decoded, its short side resized to
@@ -9,9 +9,10 @@ ImageNet's (package data, `ke.decode_predictions`); otherwise classes print as t
 
 Everything a user can get wrong is checked before TensorFlow loads (in well under a second):
 the flags, that the model is a Keras zip with a classifier head, that every path exists and
-every file starts like an image. Each failure is one line naming the file. Exit status: 0 done,
-2 bad input (flags, paths, files that are not images or not models; the readable images are
-still predicted and written), 1 a failure on the way (an output that cannot be written).
+every file starts like an image. Each failure is one line naming the file. Exit status
+(`cli.errors`): 0 done, 2 bad input (flags, paths, files that are not images or not models; the
+readable images are still predicted and written), 1 a failure on the way (an output that cannot
+be written).
 """
 
 from __future__ import annotations
@@ -21,33 +22,30 @@ import csv
 import io
 import json
 import sys
-import zipfile
 from pathlib import Path
 
+from keras_efficientnet.cli.errors import BAD_INPUT, RUN_FAILED, BadInput
+from keras_efficientnet.cli.parser import (
+    CommandParser,
+    add_verbosity,
+    check_model_file,
+    command_status,
+    run_command,
+)
 from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO, IMAGE_EXTENSIONS
 
 CLASS_NAMES_FILE = "class_names.json"  # as keras_efficientnet.training.export writes it
 # The first bytes of each format TensorFlow's decode_image reads.
 IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
 OUTPUT_SUFFIXES = (".csv", ".jsonl")
-BAD_INPUT, FAILED = 2, 1
-
-
-class BadInput(ValueError):
-    """A problem with the command's input: one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse prints usage and exits; one line instead
-        raise BadInput(f"{message} (see --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="keras-efficientnet-predict", description=__doc__.split("\n\n")[0],
-                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = CommandParser("keras-efficientnet-predict", __doc__)
     parser.add_argument("paths", nargs="*", metavar="PATH", help="image files or folders")
-    parser.add_argument("--model", help="a .keras model file, e.g. runs/default/model.keras "
-                        "(required)")
+    parser.add_argument("--model_file", help="a .keras model file, e.g. "
+                        "runs/default/model.keras (required; --model is its deprecated "
+                        "spelling)")
     parser.add_argument("--output", default="", help="also write the predictions to FILE.csv "
                         "(one row per image) or FILE.jsonl (one JSON object per image)")
     parser.add_argument("--top_k", type=int, default=5, help="classes per image")
@@ -64,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="auto runs LayerNorm/GroupNorm models through the fused forward "
                         "pass of keras_efficientnet.serving (same outputs, faster); off keeps "
                         "Keras' layers")
-    parser.add_argument("--verbosity", type=int, default=0, help="0 keeps TensorFlow's start-up "
-                        "lines quiet; 1 shows them")
+    add_verbosity(parser)
     return parser
 
 
@@ -82,35 +79,11 @@ def _check_numbers(args) -> None:
                        "does not exist")
 
 
-def check_model_file(path: str | None) -> dict:
-    """The Keras config stored in a `.keras` file; BadInput unless it is a Keras zip of a model
-    with a classifier head (as far as the stored config tells)."""
-    if not path:
-        raise BadInput("--model is required: a .keras file, e.g. "
-                       "--model=runs/default/model.keras")
-    if not Path(path).is_file():
-        raise BadInput(f"--model={path!r}: no such file")
-    if Path(path).suffix != ".keras":
-        raise BadInput(f"--model={path!r} is not a .keras file (what training writes, e.g. "
-                       "runs/NAME/model.keras)")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError):
-        raise BadInput(f"{path}: not a Keras model file (a .keras file is a zip archive with a "
-                       "config.json; this one is not)") from None
-    inner = config.get("config", {}) if isinstance(config, dict) else {}
-    if inner.get("include_top") is False:
-        raise BadInput(f"{path}: no classifier head (built with include_top=False, it outputs "
-                       "features); predict needs a model that outputs class scores")
-    return config
-
-
 def expand_paths(paths: list[str]) -> list[Path]:
     """Files as given, folders as their image files (recursive, sorted); BadInput for a path
     that does not exist or a folder without images."""
     if not paths:
-        raise BadInput("no images given: keras-efficientnet-predict --model=MODEL.keras "
+        raise BadInput("no images given: keras-efficientnet-predict --model_file=MODEL.keras "
                        "IMAGE_OR_FOLDER [...]")
     files = []
     for path in map(Path, paths):
@@ -263,9 +236,9 @@ def render_output(records: list[dict], suffix: str) -> str:
 
 def _check_inputs(args):
     _check_numbers(args)
-    config = check_model_file(args.model)
+    config = check_model_file(args.model_file)
     files = expand_paths(args.paths)
-    names = class_names_for(args.class_names, Path(args.model))
+    names = class_names_for(args.class_names, Path(args.model_file))
     return config, files, names
 
 
@@ -276,18 +249,18 @@ def _load(args, names):
     import keras
 
     try:  # Keras finds the package's classes by name (keras_efficientnet.registration)
-        model = keras.models.load_model(args.model)
+        model = keras.models.load_model(args.model_file)
     except Exception as error:  # a damaged zip, unknown classes: one line, not Keras' report
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise BadInput(f"{args.model}: Keras cannot load this model ({reason})") from None
+        raise BadInput(f"{args.model_file}: Keras cannot load this model ({reason})") from None
     shape = model.output_shape
     if isinstance(shape, list) or len(shape) != 2:
-        raise BadInput(f"{args.model}: no classifier head (its output has shape {shape}); "
+        raise BadInput(f"{args.model_file}: no classifier head (its output has shape {shape}); "
                        "predict needs a model that outputs class scores [batch, classes]")
     resolution = args.resolution or model.input_shape[1]
     if resolution is None:
-        raise BadInput(f"{args.model} takes any resolution; give --resolution")
-    names = _resolve_names(names, shape[-1], Path(args.model), args.class_names)
+        raise BadInput(f"{args.model_file} takes any resolution; give --resolution")
+    names = _resolve_names(names, shape[-1], Path(args.model_file), args.class_names)
     from keras_efficientnet.serving import for_inference
 
     try:
@@ -326,26 +299,18 @@ def _write(records, args) -> None:
             print(format_top_k(record))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status."""
-    argv = sys.argv if argv is None else argv
-    try:
-        args = build_parser().parse_args(argv[1:])
-        _, files, names = _check_inputs(args)
-        problems = {f: not_an_image(f) for f in files}  # reads each file's first bytes once
-        unreadable = [line for line in problems.values() if line]
-        files = [f for f, line in problems.items() if line is None]
-        for line in unreadable:
-            print(f"error: {line}", file=sys.stderr)
-        if not files:
-            return BAD_INPUT
-        model, resolution, names = _load(args, names)
-        records, failures = _predict_all(model, files, resolution, args, names)
-    except BadInput as error:
-        print(f"error: {error}", file=sys.stderr)
+def _predict(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv[1:])
+    _, files, names = _check_inputs(args)
+    problems = {f: not_an_image(f) for f in files}  # reads each file's first bytes once
+    unreadable = [line for line in problems.values() if line]
+    files = [f for f, line in problems.items() if line is None]
+    for line in unreadable:
+        print(f"error: {line}", file=sys.stderr)
+    if not files:
         return BAD_INPUT
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
+    model, resolution, names = _load(args, names)
+    records, failures = _predict_all(model, files, resolution, args, names)
     for line in failures:
         print(f"error: {line}", file=sys.stderr)
     try:
@@ -353,13 +318,18 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"error: --output={args.output!r}: cannot be written ({error.strerror or error})",
               file=sys.stderr)
-        return FAILED
+        return RUN_FAILED
     return BAD_INPUT if unreadable or failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status."""
+    return command_status(_predict, sys.argv if argv is None else argv)
 
 
 def run() -> None:
     """Console-script entry point (`keras-efficientnet-predict`)."""
-    sys.exit(main())
+    run_command(main)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def test_scores_a_folder_like_numpy(tmp_path, capsys):
         if "moving" not in weight.path:
             weight.assign(weight.numpy() + rng.normal(0, 0.2, weight.shape).astype("float32"))
     model.save(tmp_path / "m.keras")
-    status = evaluate.main(["evaluate", f"--model={tmp_path / 'm.keras'}",
+    status = evaluate.main(["evaluate", f"--model_file={tmp_path / 'm.keras'}",
                             f"--dataset=folder:{tmp_path / 'photos'}", "--batch_size=5"])
     out = capsys.readouterr().out
     assert status == 0, out
@@ -86,9 +86,9 @@ def test_usage_errors_before_tensorflow(tmp_path):
     env = dict(os.environ, PYTHONPATH=f"{stand_in.parent}{os.pathsep}{REPO}")
     (tmp_path / "fake.keras").write_text("no zip")
     for argv, message in (
-            ([], "error: --model is required"),
-            ([f"--model={tmp_path / 'fake.keras'}"], "not a Keras model file"),
-            ([f"--model={tmp_path / 'fake.keras'}", "--steps=-1"], "not a Keras model file"),
+            ([], "error: --model_file is required"),
+            ([f"--model_file={tmp_path / 'fake.keras'}"], "not a Keras model file"),
+            ([f"--model_file={tmp_path / 'fake.keras'}", "--steps=-1"], "not a Keras model file"),
     ):
         done = subprocess.run([sys.executable, "-m", "keras_efficientnet.evaluate", *argv],
                               env=env, capture_output=True, text=True, timeout=60)

@@ -73,7 +73,7 @@ def _expected(model_file, paths):
 def test_folders_batches_csv_and_bad_files(files, tmp_path, capsys):
     out = tmp_path / "pred.csv"
     fake = files["root"] / "fake.png"
-    rc = predict.main(["predict", f"--model={files['three']}", str(files["root"] / "photos"),
+    rc = predict.main(["predict", f"--model_file={files['three']}", str(files["root"] / "photos"),
                        str(fake), "--batch_size=2", "--top_k=2", f"--output={out}"])
     printed = capsys.readouterr()
     assert rc == 2  # one bad file; the others are predicted and written
@@ -96,7 +96,7 @@ def test_folders_batches_csv_and_bad_files(files, tmp_path, capsys):
 def test_jsonl_and_imagenet_names_for_a_1000_class_model(files, tmp_path, capsys):
     out = tmp_path / "pred.jsonl"
     paths = files["images"][:2]
-    assert predict.main(["predict", f"--model={files['in1k']}", *map(str, paths),
+    assert predict.main(["predict", f"--model_file={files['in1k']}", *map(str, paths),
                          f"--output={out}", "--top_k=3"]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     expected = _expected(files["in1k"], paths)
@@ -111,16 +111,16 @@ def test_jsonl_and_imagenet_names_for_a_1000_class_model(files, tmp_path, capsys
 
 def test_a_model_without_a_classifier_head_is_one_line(files, tmp_path, capsys):
     image = str(files["images"][0])
-    assert predict.main(["predict", f"--model={files['headless']}", image]) == 2
+    assert predict.main(["predict", f"--model_file={files['headless']}", image]) == 2
     assert capsys.readouterr().err == (
         f"error: {files['headless']}: no classifier head (built with include_top=False, it "
-        "outputs features); predict needs a model that outputs class scores\n")
+        "outputs features); a command needs a model that outputs class scores\n")
     # A model of another kind is checked once loaded, by its output's shape.
     import keras
 
     features = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Conv2D(2, 3)])
     features.save(tmp_path / "features.keras")
-    assert predict.main(["predict", f"--model={tmp_path / 'features.keras'}", image]) == 2
+    assert predict.main(["predict", f"--model_file={tmp_path / 'features.keras'}", image]) == 2
     error = capsys.readouterr().err
     assert "no classifier head (its output has shape (None, 30, 30, 2))" in error
     assert error.count("\n") == 1
@@ -129,16 +129,18 @@ def test_a_model_without_a_classifier_head_is_one_line(files, tmp_path, capsys):
 # Each case runs as a new process with a stand-in `tensorflow` package that fails on import:
 # the error it prints shows the check came before TensorFlow (and Keras, which imports it).
 USAGE_ERRORS = [
-    ([], "error: --model is required"),
-    (["--model={root}/missing.keras", "x.png"], "error: --model='{root}/missing.keras': no such"),
-    (["--model={root}/fake.keras", "x.png"], "error: {root}/fake.keras: not a Keras model file"),
-    (["--model={headless}", "{image}"], "error: {headless}: no classifier head"),
-    (["--model={model}"], "error: no images given"),
-    (["--model={model}", "nope.png"], "error: nope.png: no such file or folder"),
-    (["--model={model}", "{root}/fake.png"], "error: {root}/fake.png: not an image"),
-    (["--model={model}", "--class_names=none.json", "{image}"],
+    ([], "error: --model_file is required"),
+    (["--model_file={root}/missing.keras", "x.png"],
+     "error: --model_file='{root}/missing.keras': no such"),
+    (["--model_file={root}/fake.keras", "x.png"],
+     "error: {root}/fake.keras: not a Keras model file"),
+    (["--model_file={headless}", "{image}"], "error: {headless}: no classifier head"),
+    (["--model_file={model}"], "error: no images given"),
+    (["--model_file={model}", "nope.png"], "error: nope.png: no such file or folder"),
+    (["--model_file={model}", "{root}/fake.png"], "error: {root}/fake.png: not an image"),
+    (["--model_file={model}", "--class_names=none.json", "{image}"],
      "error: --class_names='none.json': no such file"),
-    (["--model={model}", "--output=x.txt", "{image}"], "error: --output='x.txt': give a .csv"),
+    (["--model_file={model}", "--output=x.txt", "{image}"], "error: --output='x.txt': give a .csv"),
     (["--top_k=0"], "error: --top_k=0: must be at least 1"),
     (["--bogus"], "error: unrecognized arguments: --bogus (see --help)"),
 ]
@@ -169,3 +171,15 @@ def test_help_and_usage_errors_come_before_tensorflow_in_one_line(files, tmp_pat
     assert min(seconds) < 1.0, seconds
     done, _ = _run_without_tensorflow(tmp_path, ["--help"])
     assert done.returncode == 0 and "--output" in done.stdout and "--batch_size" in done.stdout
+
+
+def test_the_deprecated_model_flag_predicts_the_same_with_one_warning(files, capsys):
+    image = str(files["images"][0])
+    assert predict.main(["predict", f"--model_file={files['three']}", image]) == 0
+    current = capsys.readouterr()
+    assert predict.main(["predict", f"--model={files['three']}", image]) == 0
+    old = capsys.readouterr()
+    assert old.out == current.out and current.err == ""
+    assert old.err == ("warning: keras-efficientnet-predict --model is deprecated and goes in the "
+                       "next release; use --model_file (the same value): --model names an "
+                       "architecture preset in every command\n")

@@ -248,7 +248,7 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
     for mode in ("auto", "off"):
         traced = len(fused_calls)
         out = tmp_path / f"{mode}.jsonl"
-        assert predict.main(["predict", f"--model={tmp_path / 'model.keras'}",
+        assert predict.main(["predict", f"--model_file={tmp_path / 'model.keras'}",
                              *map(str, paths), f"--serving={mode}", "--top_k=10",
                              f"--output={out}"]) == 0
         assert (len(fused_calls) > traced) == (mode == "auto")
@@ -259,6 +259,6 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
     close_to(predict.predict(model, paths, 32), expected)
     assert len(fused_calls) > traced
     capsys.readouterr()
-    assert predict.main(["predict", f"--model={tmp_path / 'model.keras'}", str(paths[0]),
+    assert predict.main(["predict", f"--model_file={tmp_path / 'model.keras'}", str(paths[0]),
                          "--serving=fast"]) == 2
     assert "--serving" in capsys.readouterr().err

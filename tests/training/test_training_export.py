@@ -119,7 +119,7 @@ out["unregistered"] = sorted(c.__name__ for c in classes) and sorted(
 from keras_efficientnet.cli import predict
 printed = io.StringIO()
 with contextlib.redirect_stdout(printed):
-    out["predict_rc"] = predict.main(["predict", "--model=" + args["model_file"],
+    out["predict_rc"] = predict.main(["predict", "--model_file=" + args["model_file"],
                                       *args["image_files"]])
 out["predict_stdout"] = printed.getvalue()
 print("RESULT " + json.dumps(out))

@@ -34,7 +34,8 @@ def test_folder_to_tfrecord_round_trip(folder, tmp_path, capsys):
     with open(bad, "wb") as f:
         f.write(b"\xff\xd8 broken")
     out = str(tmp_path / "records")
-    load_cli().main(["--input_dir", folder.root, "--output_dir", out, "--images_per_shard", "5"])
+    assert load_cli().main(["folder_to_tfrecord", "--input_dir", folder.root, "--output_dir",
+                            out, "--images_per_shard", "5"]) == 0
     assert "skipped unreadable image" in capsys.readouterr().err
     with open(os.path.join(out, sources.TFRECORD_INFO_FILE)) as f:
         meta = json.load(f)
