@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from keras_efficientnet.training.modes import MODE_TABLE
+
 
 def _table(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
@@ -27,14 +29,15 @@ def summary(config, results: dict, path: Path) -> str:
     if "epochs" in results:
         rows.append(("trained", f"{config.epochs} epochs at {train_res}px, "
                                 f"{_rate(results['images_per_second'])}"))
-    if config.mode.endswith("finetune"):
+    mode = MODE_TABLE[config.mode]
+    if mode.finetunes:
         rows.append(("before fine-tune", f"top-1 {results['top1_before_finetune']:.4f} at "
                                          f"{test_res}px"))
         if config.finetune_epochs > 0:
             rows.append(("fine-tuned", f"{config.finetune_epochs} epochs, head only, "
                                        f"at {test_res}px, batch "
                                        f"{config.finetune_global_batch_size}"))
-    if config.mode == "evaluate":
+    if mode.scores_only:
         rows.append(("weights", str(results.get("weights", ""))))
     rows += [("top-1", f"{results['top1']:.4f}"), ("top-5", f"{results['top5']:.4f}")]
     if "flip_top1" in results:

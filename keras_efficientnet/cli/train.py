@@ -2,8 +2,9 @@
 
 Everything a user can get wrong is checked before TensorFlow loads, in about a second: the flags
 (into a frozen TrainConfig) and the run directory (writable, not in use by another run, the
-fresh-run rule). Failures print one line; `cli.errors` lists the exit statuses. SIGTERM and
-SIGINT checkpoint the current training step and exit with 128 + the signal number.
+fresh-run rule). Failures print one line; `cli.errors` lists the exit statuses, `cli.parser`
+the convention every command follows. SIGTERM and SIGINT checkpoint the current training step
+and exit with 128 + the signal number.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from keras_efficientnet import recipes
 from keras_efficientnet.cli import errors, quiet
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.cli.help import grouped_help
+from keras_efficientnet.cli.parser import HELP_FLAGS, parse_absl_flags
+from keras_efficientnet.datasets.source_table import missing_local_folder
+from keras_efficientnet.training.modes import MODE_TABLE
 from keras_efficientnet.training.plan import STRATEGY_TABLE
 from keras_efficientnet.training.run_config import evaluation_config
 
@@ -27,7 +31,6 @@ flags.DEFINE_string("recipe", "", "A recipe that ships with the package, by name
                     "flagfiles of flags/; ke.list_recipes() lists them): --recipe=smoke, "
                     "--recipe=default, --recipe=b0-g16-lnpn-half. Flags given beside it "
                     "override the recipe's.")
-HELP_FLAGS = ("--help", "-help", "--h", "-h", "-?", "--?")
 
 
 def cpu_oversubscription(config) -> str | None:
@@ -47,13 +50,11 @@ def cpu_oversubscription(config) -> str | None:
 
 
 def check_local_folder(config) -> None:
-    """The one data check cheap enough for before TensorFlow loads: a local image folder that
-    is not there (the pipeline checks the rest, with the same kind of message)."""
-    kind, _, argument = config.dataset.partition(":")
-    if kind == "folder" and argument and "://" not in argument and not os.path.isdir(argument):
-        raise ValueError(f"image folder {argument!r} does not exist (--dataset="
-                         f"{config.dataset}); expected the layout {argument}/<split>/<class>/"
-                         "*.jpg (or .png)")
+    """The one data check cheap enough for before TensorFlow loads beside the source table's
+    (TrainConfig's): a local image folder that is not there (the pipeline checks the rest)."""
+    problem = missing_local_folder(config.dataset)
+    if problem:
+        raise ValueError(f"{problem} (--dataset={config.dataset})")
 
 
 def _run(config, session) -> dict:
@@ -96,7 +97,7 @@ def main(argv: list[str], command_line: bool = False) -> int:
         problem = f"unexpected arguments {argv[1:]}; every setting is a --flag"
     try:
         config = config_from_flags(flags.FLAGS) if problem is None else None
-        if config is not None and config.mode == "evaluate":  # the run's config.json fills in
+        if config is not None and MODE_TABLE[config.mode].scores_only:  # config.json fills in
             config = evaluation_config(config, {n for n in flags.FLAGS if flags.FLAGS[n].present})
     except ValueError as error:
         problem = str(error)
@@ -156,7 +157,7 @@ def parse_command_line(argv: list[str]) -> list[str]:
     if any(arg in ("--helpfull", "-helpfull") for arg in options):  # absl's exits with 1
         print(flags.FLAGS.get_help())
         sys.exit(0)
-    return errors.parse_flags_or_exit(argv)
+    return parse_absl_flags(argv)
 
 
 def project_flag_names() -> list[str]:

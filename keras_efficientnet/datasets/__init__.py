@@ -1,8 +1,8 @@
 """Host input pipeline (tf.data): sources, per-example ops, batch mixing, and the composer.
 
-`InputOptions` and the crop constants are plain Python and load at once (the training config
-and `predict` use them before TensorFlow loads); the TensorFlow modules load on first use of a
-name they define.
+`InputOptions`, the crop constants and the source table (`parse_source`) are plain Python and
+load at once (the training config and the commands use them before TensorFlow loads); the
+TensorFlow modules load on first use of a name they define.
 """
 
 import importlib
@@ -13,6 +13,7 @@ from keras_efficientnet.datasets.options import (
     EVAL_RESIZE_RATIO,
     InputOptions,
 )
+from keras_efficientnet.datasets.source_table import SOURCE_TABLE, parse_source
 
 # The TensorFlow modules, searched in this order for a name not defined above.
 _TF_MODULES = ("pipeline", "preprocessing", "mixing", "sources")
@@ -32,6 +33,7 @@ __all__ = [
     "ASPECT_RANGE",
     "EVAL_RESIZE_RATIO",
     "SKIPPED",
+    "SOURCE_TABLE",
     "DatasetInfo",
     "InputOptions",
     "NoReadableImagesError",

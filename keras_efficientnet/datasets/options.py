@@ -41,7 +41,7 @@ class InputOptions:
 
     Args:
       source: 'synthetic', 'digits', 'fashion_mnist', 'folder:PATH', 'tfds:NAME' or
-        'tfrecord:PATTERN' (`datasets.sources.READERS`).
+        'tfrecord:PATTERN' (`datasets.source_table.SOURCE_TABLE`).
       split: split name, e.g. 'train' or 'validation'.
       image_size: output height and width.
       batch_size: global batch size; with an `input_context` each pipeline yields

@@ -18,6 +18,7 @@ from keras_efficientnet.training.config import (
     resolution_rule_problem,
 )
 from keras_efficientnet.training.export import export_saved_model, inference_model, save_model
+from keras_efficientnet.training.modes import MODE_TABLE
 
 
 def resolutions(config: TrainConfig) -> tuple[int, int]:
@@ -169,7 +170,7 @@ def save_outputs(config: TrainConfig, model: keras.Model) -> dict:
     returns their paths for results.json. Both hold the model with a softmax classifier."""
     written = {}
     final = inference_model(model)
-    if config.mode != "evaluate":
+    if not MODE_TABLE[config.mode].scores_only:
         written["model_file"] = str(save_model(final, config.model_dir, class_names(config)))
     if config.export_dir:
         written["export_dir"] = str(export_saved_model(final, config.export_dir))

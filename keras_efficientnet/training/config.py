@@ -11,6 +11,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO
+from keras_efficientnet.datasets.source_table import parse_source
+from keras_efficientnet.training.modes import MODE_TABLE, MODES, modes_help
 from keras_efficientnet.training.plan import (
     PRECISIONS,
     STOCHASTIC_ROUNDING,
@@ -19,7 +21,6 @@ from keras_efficientnet.training.plan import (
     plan_from_values,
 )
 
-MODES = ("train", "evaluate", "finetune", "train_and_finetune")
 OPTIMIZERS = ("rmsprop", "lars", "sgd")
 DECAYS = ("exponential", "cosine", "polynomial", "constant")
 EVALUATE_WEIGHTS = ("final", "best", "average", "latest")
@@ -38,7 +39,7 @@ class TrainConfig:
     """Everything a run needs. The CLI builds it from flags; notebooks may build it directly."""
 
     # What to do and where.
-    mode: str = _f("train_and_finetune", "What to run.", MODES)
+    mode: str = _f("train_and_finetune", modes_help(), MODES)
     model_dir: str = _f("runs/default", "Checkpoints, TensorBoard logs and results.json; one "
                                         "run at a time (run.lock).")
     resume: bool = _f(True, "Resume from the latest good checkpoint in model_dir when there is "
@@ -263,6 +264,7 @@ def validate(config: TrainConfig) -> None:
     """Raises a ValueError naming the flag, its value and what would be valid."""
     _check_fields(config)
     _check_model(config.model)
+    _check_dataset(config.dataset)
     _check_ranges(config)
     from keras_efficientnet.training.warm_start import check_weights_flag
 
@@ -291,6 +293,13 @@ def _check_model(model: str) -> None:
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise ValueError(f"--model={model!r} is not a known preset; {hint}valid: "
                          f"{sorted(PRESETS)}")
+
+
+def _check_dataset(dataset: str) -> None:
+    try:  # the plain-Python source table: before TensorFlow loads and the run directory moves
+        parse_source(dataset)
+    except ValueError as error:
+        raise ValueError(f"--dataset={dataset!r}: {error}") from None
 
 
 def _check_ranges(config: TrainConfig) -> None:
@@ -325,9 +334,10 @@ def _check_run(config: TrainConfig) -> None:
     if config.export_dir and os.path.isfile(config.export_dir):
         raise ValueError(f"--export_dir={config.export_dir!r} is a file; give a directory "
                          "(created if missing)")
-    if config.mode in ("train", "train_and_finetune") and config.epochs < 1:
+    mode = MODE_TABLE[config.mode]
+    if mode.trains and config.epochs < 1:
         raise ValueError(f"--mode={config.mode} needs --epochs >= 1, received {config.epochs}")
-    if config.mode in ("finetune", "train_and_finetune") and config.finetune_epochs > 0:
+    if mode.finetunes and config.finetune_epochs > 0:
         _ = config.finetune_plan  # raises naming --finetune_batch_size
 
 
@@ -351,7 +361,8 @@ def resolution_rule_problem(config: TrainConfig) -> str | None:
     resolutions when they agree modulo 32 (docs/recipes.md): at 32 -> 40 px the tiny model's
     last map is 1x1 in training and 2x2 at test, and the head fine-tune measures that mismatch
     before it measures the method."""
-    if config.mode != "train_and_finetune":
+    mode = MODE_TABLE[config.mode]
+    if not (mode.trains and mode.finetunes):  # one phase at one resolution
         return None
     native = native_resolution(config.model)
     train, test = config.train_resolution or native, config.test_resolution or native

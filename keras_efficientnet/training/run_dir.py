@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from keras_efficientnet import atomic
+from keras_efficientnet.training.modes import MODE_TABLE
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -46,8 +47,6 @@ CHECKPOINTS = "checkpoints"
 # What a run writes into its model_dir (glob patterns): a fresh run moves these aside.
 RUN_ENTRIES = (CHECKPOINTS, "logs", "results*.json", "*.weights.h5", "*.keras", "config.json",
                "metrics.csv", "class_names.json", "best.json")
-# Modes that only read the run directory (and write their own results file): no lock.
-READ_ONLY_MODES = ("evaluate",)
 
 
 class RunDirError(ValueError):
@@ -57,7 +56,7 @@ class RunDirError(ValueError):
 def results_name(mode: str) -> str:
     """`results.json` for a run that trains from scratch; `results-<mode>.json` for evaluate and
     finetune, which work on an earlier run's weights and must not overwrite its results."""
-    return "results.json" if mode in ("train", "train_and_finetune") else f"results-{mode}.json"
+    return "results.json" if MODE_TABLE[mode].trains else f"results-{mode}.json"
 
 
 def check_model_dir(model_dir: str | os.PathLike) -> Path:
@@ -349,7 +348,7 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
         check_export_dir(config.export_dir)
     for entry in (CHECKPOINTS, "logs"):  # written into: never through a link
         atomic.check_directory(path / entry)
-    if config.mode in READ_ONLY_MODES:
+    if MODE_TABLE[config.mode].scores_only:  # reads the run directory only: no lock
         yield RunDir(path)
         return
     lock = RunLock(path)
@@ -358,7 +357,7 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
         if info.took_over:
             log.warning(info.notes()[0])
         info.cleaned = clean_interrupted_saves(path)
-        if config.mode in ("train", "train_and_finetune") and not config.resume:
+        if MODE_TABLE[config.mode].trains and not config.resume:
             info.moved_to = move_previous_run(path)
         for line in info.notes()[1:] if info.took_over else info.notes():
             log.info(line)

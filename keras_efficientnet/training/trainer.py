@@ -48,6 +48,7 @@ from keras_efficientnet.training.finetune import (
     finetune_config,
     finetune_schedule,
 )
+from keras_efficientnet.training.modes import MODE_TABLE
 from keras_efficientnet.training.optimizer_state import SlotAverage, read_slots
 from keras_efficientnet.training.preemption import SignalWatch
 from keras_efficientnet.training.reporting import METRICS_FILE, MetricsCSV
@@ -96,7 +97,7 @@ def _run_mode(config: TrainConfig, runtime, session: RunSession, started: float)
     from keras_efficientnet.datasets import SkipCounter
 
     run = _Run(config, runtime, session, SkipCounter())
-    if runtime.is_chief and config.mode in ("train", "train_and_finetune"):
+    if runtime.is_chief and MODE_TABLE[config.mode].trains:
         write_run_config(config, num_classes=run.num_classes, class_names=class_names(config),
                          train_resolution=resolutions(config)[0],
                          test_resolution=run.test_res)
@@ -132,10 +133,11 @@ class _Run:
     def trained_or_loaded_model(self) -> tuple[keras.Model, str]:
         """Train modes train (and take the weight average); evaluate and finetune load."""
         config = self.config
-        if config.mode in ("evaluate", "finetune"):
+        mode = MODE_TABLE[config.mode]
+        if not mode.trains:
             keras.utils.set_random_seed(config.seed)
             model = build_model(config, self.test_res, self.num_classes)
-            if config.mode == "evaluate":
+            if mode.scores_only:
                 return model, load_evaluated_weights(config, model)
             return model, load_weights_for(config, model, slots=self.slots)
         trained = train(config, self.num_classes, self.train_examples, runtime=self.runtime,
@@ -184,7 +186,7 @@ class _Run:
             evaluated = self.one_device_copy(model)
         compile_model(evaluated, "sgd", config, self.num_classes)
         before = self.evaluate(evaluated)
-        finetunes = config.mode.endswith("finetune")
+        finetunes = MODE_TABLE[config.mode].finetunes
         self.results.update(test_resolution=self.test_res, weights=weights_from,
                             **{f"{k}_before_finetune" if finetunes else k: v
                                for k, v in before.items()})

@@ -115,3 +115,38 @@ def test_bad_input_answers_in_one_line_before_tensorflow_loads(tmp_path, case):
     assert "keras_efficientnet.training.config" in imported  # the flags were checked ...
     assert not imported & {"tensorflow", "keras", "jax"}, "... without loading a framework"
     print(f"{case}: {elapsed:.2f} s to the error")
+
+
+# Runs the training command in-process and prints which frameworks it imported (argv: flags).
+TRAIN_AND_LIST_IMPORTS = """
+import sys
+from keras_efficientnet.cli import train
+status = train.main(train.parse_command_line(["train", *sys.argv[1:]]))
+print(sorted(m for m in ("tensorflow", "keras", "jax") if m in sys.modules))
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize("flag, pattern", [
+    ("--dataset=fodler:x", r"--dataset='fodler:x': unknown dataset source 'fodler:x'; did you "
+                           r"mean 'folder'\? valid: 'synthetic', 'digits'"),
+    ("--dataset=folder:", r"needs an argument after the colon, e\.g\. 'folder:/data/photos'"),
+])
+def test_a_misspelt_dataset_moves_nothing_and_loads_no_tensorflow(tmp_path, flag, pattern):
+    # Issue 34 point 5: the source table is plain Python, so --noresume's fresh-run rule (which
+    # moves an earlier run aside) never runs for a source that cannot be read.
+    model_dir = tmp_path / "run"
+    (model_dir / "checkpoints").mkdir(parents=True)
+    earlier = {"results.json": '{"top1": 0.5}', "metrics.csv": "epoch,top1\n1,0.5\n",
+               "checkpoints/LATEST": "ckpt-1"}
+    for name, text in earlier.items():
+        (model_dir / name).write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-c", TRAIN_AND_LIST_IMPORTS, "--flagfile=flags/smoke.flags",
+         f"--model_dir={model_dir}", "--noresume", flag],
+        cwd=REPO, env=env(), capture_output=True, text=True, timeout=120)
+    assert_one_line(result, 2, pattern)
+    assert result.stdout.splitlines()[-1] == "[]"  # no framework imported
+    assert sorted(p.name for p in model_dir.iterdir()) == ["checkpoints", "metrics.csv",
+                                                           "results.json"]
+    assert {name: (model_dir / name).read_text() for name in earlier} == earlier

@@ -1,8 +1,9 @@
 """Dataset sources named by one string (`kind` or `kind:argument`), one module per kind.
 
-`READERS` maps each kind to its `Reader` (see `base.Reader`); `create_reader` parses a source
-string and builds the reader, which `dataset_info` and `read_records` (the pipeline's entry)
-ask. Adding a source is one module with a `Reader` subclass and one line in `READERS`.
+`source_table.SOURCE_TABLE` (plain Python) names each kind's `Reader` (see `base.Reader`);
+`create_reader` parses a source string and builds the reader, which `dataset_info` and
+`read_records` (the pipeline's entry) ask. Adding a source is one module with a `Reader`
+subclass and one row in `SOURCE_TABLE`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 
 import tensorflow as tf
 
+from keras_efficientnet.datasets.source_table import SOURCE_TABLE, parse_source
 from keras_efficientnet.datasets.sources.base import (
     DATA_DIR_ENV,
     DatasetInfo,
@@ -18,54 +20,19 @@ from keras_efficientnet.datasets.sources.base import (
     Records,
     default_data_dir,
 )
-from keras_efficientnet.datasets.sources.digits import DigitsReader, prepare_digits
-from keras_efficientnet.datasets.sources.fashion_mnist import FashionMnistReader
-from keras_efficientnet.datasets.sources.folder import (
-    IMAGE_EXTENSIONS,
-    FolderReader,
-    list_image_folder,
-)
+from keras_efficientnet.datasets.sources.digits import prepare_digits
+from keras_efficientnet.datasets.sources.folder import IMAGE_EXTENSIONS, list_image_folder
 from keras_efficientnet.datasets.sources.synthetic import (
     SYNTHETIC_EXAMPLES,
     SYNTHETIC_NUM_CLASSES,
-    SyntheticReader,
 )
-from keras_efficientnet.datasets.sources.tfds import TfdsReader
 from keras_efficientnet.datasets.sources.tfrecord import (
     TFRECORD_BOX_KEYS,
     TFRECORD_IMAGE_KEY,
     TFRECORD_INFO_FILE,
     TFRECORD_LABEL_KEY,
-    TFRecordReader,
     tfrecord_files,
 )
-
-READERS: dict[str, type[Reader]] = {
-    "synthetic": SyntheticReader,
-    "digits": DigitsReader,
-    "fashion_mnist": FashionMnistReader,
-    "folder": FolderReader,
-    "tfds": TfdsReader,
-    "tfrecord": TFRecordReader,
-}
-VALID_SOURCES = ", ".join(reader.usage for reader in READERS.values())
-
-
-def parse_source(source: str) -> tuple[str, str]:
-    """Splits `'kind:argument'` into `(kind, argument)`; checks the kind and its argument."""
-    if not isinstance(source, str) or not source:
-        raise ValueError(f"dataset source must be a non-empty string, got {source!r}; "
-                         f"valid: {VALID_SOURCES}")
-    kind, _, argument = source.partition(":")
-    if kind not in READERS:
-        raise ValueError(f"unknown dataset source {source!r}; valid: {VALID_SOURCES}")
-    example = READERS[kind].example
-    if example is None and argument:
-        raise ValueError(f"source {kind!r} takes no argument, got {source!r}")
-    if example is not None and not argument:
-        raise ValueError(f"source {source!r} needs an argument after the colon, "
-                         f"e.g. {example!r}; valid: {VALID_SOURCES}")
-    return kind, argument
 
 
 def create_reader(source: str, *, data_dir: str | os.PathLike | None = None,
@@ -78,8 +45,9 @@ def create_reader(source: str, *, data_dir: str | os.PathLike | None = None,
       >>> reader.info("train").num_classes
     """
     kind, argument = parse_source(source)
-    return READERS[kind](source, argument, data_dir=data_dir, num_classes=num_classes,
-                         label_offset=label_offset, allow_empty_classes=allow_empty_classes)
+    reader = SOURCE_TABLE[kind].reader_class()
+    return reader(source, argument, data_dir=data_dir, num_classes=num_classes,
+                  label_offset=label_offset, allow_empty_classes=allow_empty_classes)
 
 
 def dataset_info(source: str, split: str, data_dir: str | os.PathLike | None = None,
@@ -114,9 +82,9 @@ def read_records(source: str, split: str, *, data_dir: str | os.PathLike | None 
 
 
 __all__ = [
-    "DATA_DIR_ENV", "IMAGE_EXTENSIONS", "READERS", "SYNTHETIC_EXAMPLES", "SYNTHETIC_NUM_CLASSES",
-    "TFRECORD_BOX_KEYS", "TFRECORD_IMAGE_KEY", "TFRECORD_INFO_FILE", "TFRECORD_LABEL_KEY",
-    "VALID_SOURCES", "DatasetInfo", "Reader", "Records", "create_reader", "dataset_info",
+    "DATA_DIR_ENV", "IMAGE_EXTENSIONS", "SOURCE_TABLE", "SYNTHETIC_EXAMPLES",
+    "SYNTHETIC_NUM_CLASSES", "TFRECORD_BOX_KEYS", "TFRECORD_IMAGE_KEY", "TFRECORD_INFO_FILE",
+    "TFRECORD_LABEL_KEY", "DatasetInfo", "Reader", "Records", "create_reader", "dataset_info",
     "default_data_dir", "list_image_folder", "parse_source", "prepare_digits", "read_records",
     "tfrecord_files",
 ]

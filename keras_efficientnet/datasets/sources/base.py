@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import ClassVar
 
 import tensorflow as tf
 
@@ -56,7 +55,7 @@ class Records:
 class Reader:
     """One kind of source, e.g. `folder:PATH`: what a split holds and how to read it.
 
-    A new source is a subclass in its own module and one line in `sources.READERS`. Readers
+    A new source is a subclass in its own module and one row in `source_table.SOURCE_TABLE`. Readers
     are cheap to build (no I/O in `__init__`); `info` and `records` check that the split exists
     and fail in one line naming what is valid.
 
@@ -71,11 +70,6 @@ class Reader:
       allow_empty_classes: keep a class folder without images as a class (with a warning)
         instead of refusing it (image folder sources).
     """
-
-    # How the source is written, e.g. "'folder:PATH'"; and for kinds that take an argument,
-    # an example of it (None: the kind takes no argument).
-    usage: ClassVar[str] = ""
-    example: ClassVar[str | None] = None
 
     def __init__(self, source: str, argument: str = "", *,
                  data_dir: str | os.PathLike | None = None, num_classes: int | None = None,

@@ -73,8 +73,5 @@ def prepare_digits(data_dir: str | os.PathLike | None = None) -> Path:
 class DigitsReader(FolderReader):
     """Reads `digits`: the folder `prepare_digits(data_dir)` writes, as any image folder."""
 
-    usage = "'digits'"
-    example = None
-
     def root(self) -> Path:
         return prepare_digits(self.data_dir)

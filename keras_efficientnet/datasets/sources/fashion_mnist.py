@@ -101,9 +101,6 @@ def load(folder: str | os.PathLike, prefix: str) -> tuple[np.ndarray, np.ndarray
 class FashionMnistReader(Reader):
     """Reads `fashion_mnist` from `data_dir` (default DEFAULT_DIR, Debian's)."""
 
-    usage = "'fashion_mnist'"
-    example = None
-
     def _folder(self) -> Path:
         return Path(self.data_dir) if self.data_dir is not None else Path(DEFAULT_DIR)
 

@@ -162,9 +162,6 @@ class FolderReader(Reader):
     """Reads `folder:PATH`. Unshuffled (evaluation) reads come in a fixed random order rather
     than sorted by class, so that reading only the first batches samples every class."""
 
-    usage = "'folder:PATH'"
-    example = "folder:/data/photos"
-
     def root(self) -> str | os.PathLike:
         return self.argument
 

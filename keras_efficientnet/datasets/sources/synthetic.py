@@ -16,9 +16,6 @@ class SyntheticReader(Reader):
     """Reads `synthetic`: `num_classes` (default 1000) random labels; images already decoded at
     the pipeline's size, the same for a given seed."""
 
-    usage = "'synthetic'"
-    example = None
-
     def info(self, split: str) -> DatasetInfo:
         if split not in SYNTHETIC_EXAMPLES:
             raise ValueError(f"split {split!r} not in source 'synthetic'; available: "

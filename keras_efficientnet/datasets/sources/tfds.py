@@ -90,9 +90,6 @@ class TfdsReader(Reader):
     """Reads `tfds:NAME` from `data_dir` (tfds' default when None); tfds shards by file, so each
     worker reads only its own files."""
 
-    usage = "'tfds:NAME'"
-    example = "tfds:imagenet2012"
-
     def _info(self, builder, split: str) -> DatasetInfo:
         _, label_key = _keys(builder)
         names = tuple(builder.info.features[label_key].names)

@@ -162,9 +162,6 @@ class TFRecordReader(Reader):
     the shards (else the records are counted, and `num_classes` must be given for one-hot
     labels); shards are split between workers by file where there are enough of them."""
 
-    usage = "'tfrecord:PATTERN'"
-    example = "tfrecord:/data/imagenet-tfrecords"
-
     def info(self, split: str) -> DatasetInfo:
         files = tfrecord_files(self.argument, split)
         # Before any expensive work: a split none of whose shards can be read is refused.

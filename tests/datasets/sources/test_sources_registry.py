@@ -1,4 +1,4 @@
-"""The source table: parsing source strings, one reader per kind."""
+"""The source table: parsing source strings, one reader per kind, one row per kind."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_efficientnet.datasets import make_dataset, sources
-from keras_efficientnet.datasets.sources import READERS, VALID_SOURCES, parse_source
+from keras_efficientnet.datasets.source_table import SOURCE_TABLE, SourceKind, parse_source
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -23,6 +23,7 @@ def test_parse_source(source, expected):
 
 @pytest.mark.parametrize("source, message", [
     ("imagenet", "unknown dataset source 'imagenet'; valid: 'synthetic', 'digits'"),
+    ("fodler:x", "unknown dataset source 'fodler:x'; did you mean 'folder'\\? valid: "),
     ("folder:", "needs an argument"),
     ("digits:extra", "takes no argument"),
     ("", "non-empty string"),
@@ -33,19 +34,19 @@ def test_parse_source_errors_name_the_valid_sources(source, message):
 
 
 def test_every_kind_is_one_module_and_one_table_line():
-    assert set(READERS) == {"synthetic", "digits", "folder", "tfds", "tfrecord"} | (
-        {"fashion_mnist"} & set(READERS))
-    for kind, reader in READERS.items():
-        assert reader.__module__ == f"keras_efficientnet.datasets.sources.{kind}" or (
-            kind == "digits")  # digits subclasses the folder reader in its own module
-        assert reader.usage in VALID_SOURCES
+    assert set(SOURCE_TABLE) == {"synthetic", "digits", "fashion_mnist", "folder", "tfds",
+                                 "tfrecord"}
+    for kind, row in SOURCE_TABLE.items():
+        reader = row.reader_class()
+        assert issubclass(reader, sources.Reader)
+        assert reader.__module__ == f"keras_efficientnet.datasets.sources.{kind}"
+        assert row.usage.strip("'").split(":")[0] == kind
+        assert (row.example is None) == (":" not in row.usage)
+    assert [k for k, row in SOURCE_TABLE.items() if row.local_folder] == ["folder"]
 
 
 class Stripes(sources.Reader):
     """A source written for this test: 5 decoded 4x4 images, image k filled with 10 * k."""
-
-    usage = "'stripes:LABEL'"
-    example = "stripes:3"
 
     def info(self, split):
         return sources.DatasetInfo(self.source, split, 5, 4, None)
@@ -60,7 +61,8 @@ class Stripes(sources.Reader):
 
 
 def test_a_new_source_is_a_reader_and_one_table_line(monkeypatch):
-    monkeypatch.setitem(READERS, "stripes", Stripes)
+    monkeypatch.setitem(SOURCE_TABLE, "stripes",
+                        SourceKind(f"{__name__}:Stripes", "'stripes:LABEL'", "stripes:3"))
     images, labels = next(iter(make_dataset("stripes:3", "train", image_size=4, batch_size=5,
                                             training=False)))
     np.testing.assert_array_equal(images.numpy()[:, 0, 0, 0], [0, 10, 20, 30, 40])
