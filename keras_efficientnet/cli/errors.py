@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import signal
+import textwrap
 
 DONE = 0
 RUN_FAILED = 1
@@ -34,8 +35,10 @@ class BadInput(ValueError):
 
 
 def exit_status_help() -> str:
-    """The exit-status table as the commands' --help prints it."""
-    return "exit status: " + "; ".join(f"{code} {text}" for code, text in EXIT_STATUSES.items())
+    """The exit-status table as the commands' --help prints it: one status a line, wrapped."""
+    rows = [textwrap.fill(text, 96, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+            for code, text in EXIT_STATUSES.items()]
+    return "\n".join(["exit status:", *rows])
 
 
 # Shown of a longer message (Keras puts whole tensors into some of its errors).

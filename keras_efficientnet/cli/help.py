@@ -69,5 +69,5 @@ def grouped_help(names, flag_values: flags.FlagValues = flags.FLAGS) -> str:
         parts.append("")
     parts.append("--verbosity=0 shows TensorFlow's and absl's start-up logs (quiet by "
                  "default); --helpfull lists absl's own flags too.")
-    parts.append(textwrap.fill(exit_status_help(), 96))
+    parts.append(exit_status_help())
     return "\n".join(parts)

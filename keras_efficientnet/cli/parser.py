@@ -24,10 +24,14 @@ from pathlib import Path
 from keras_efficientnet.cli.errors import BAD_INPUT, BadInput, exit_status_help, one_line
 
 HELP_FLAGS = ("--help", "-help", "--h", "-h", "-?", "--?")
-# Old spelling -> new, per command; each goes in the release after the one that renamed it.
-DEPRECATED_FLAGS = {
-    "keras-efficientnet-evaluate": {"model": "model_file", "split": "eval_split"},
-    "keras-efficientnet-predict": {"model": "model_file"},
+# Old spelling -> (new spelling, why it changed), per command; each old one goes in the release
+# after the one that renamed it.
+_PRESET = "--model names an architecture preset in every command"
+_SPLIT = "the held-out split is --eval_split in every command"
+DEPRECATED_FLAGS: dict[str, dict[str, tuple[str, str]]] = {
+    "keras-efficientnet-evaluate": {"model": ("model_file", _PRESET),
+                                    "split": ("eval_split", _SPLIT)},
+    "keras-efficientnet-predict": {"model": ("model_file", _PRESET)},
 }
 MODEL_FILE_FLAG = "--model_file"
 
@@ -60,7 +64,8 @@ class CommandParser(argparse.ArgumentParser):
         return super().parse_args(renamed_flags(args, self.deprecated, self.prog), namespace)
 
 
-def renamed_flags(args: Sequence[str], deprecated: dict[str, str], prog: str) -> list[str]:
+def renamed_flags(args: Sequence[str], deprecated: dict[str, tuple[str, str]],
+                  prog: str) -> list[str]:
     """`args` with each deprecated flag (`--old` or `--old=value`) under its new name; one
     `warning:` line on stderr per old name used. Nothing after `--` is touched."""
     out, warned = [], set()
@@ -72,19 +77,13 @@ def renamed_flags(args: Sequence[str], deprecated: dict[str, str], prog: str) ->
         if old not in deprecated:
             out.append(arg)
             continue
-        new = deprecated[old]
+        new, why = deprecated[old]
         if old not in warned:
             warned.add(old)
             print(f"warning: {prog} --{old} is deprecated and goes in the next release; use "
-                  f"--{new} (the same value){_why(old)}", file=sys.stderr, flush=True)
+                  f"--{new} (the same value): {why}", file=sys.stderr, flush=True)
         out.append(f"--{new}{equals}{value}")
     return out
-
-
-def _why(old: str) -> str:
-    if old == "model":
-        return ": --model names an architecture preset in every command"
-    return ""
 
 
 def command_status(body: Callable[[list[str]], int], argv: list[str]) -> int:

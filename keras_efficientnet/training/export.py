@@ -88,7 +88,7 @@ def save_model(model: keras.Model, model_dir: str | os.PathLike,
     """Writes `<model_dir>/model.keras` (and `class_names.json` when the names are known).
 
     `keras.models.load_model` reads it in any process that has run `import keras_efficientnet`;
-    `python -m keras_efficientnet.predict --model=<model_dir>/model.keras IMAGE...` uses both.
+    `keras-efficientnet-predict --model_file=<model_dir>/model.keras IMAGE...` uses both.
     """
     model_dir = Path(model_dir)
     path = _save_keras_atomically(model, model_dir / MODEL_FILE)
