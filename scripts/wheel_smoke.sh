@@ -40,8 +40,12 @@ step "predict one image"
 "$WORK/venv/bin/python" -c "
 import numpy as np, PIL.Image
 PIL.Image.fromarray(np.full((48, 40, 3), 200, np.uint8)).save('$WORK/one.png')"
-timeout 300 "$WORK/venv/bin/keras-efficientnet-predict" --model="$WORK/run/model.keras" \
+timeout 300 "$WORK/venv/bin/keras-efficientnet-predict" --model_file="$WORK/run/model.keras" \
     "$WORK/one.png" --output="$WORK/one.csv"
 test "$(wc -l < "$WORK/one.csv")" -eq 2
 head -2 "$WORK/one.csv"
+
+step "export the run as a SavedModel"
+timeout 300 "$WORK/venv/bin/keras-efficientnet-export" "$WORK/run" --output="$WORK/saved_model"
+test -f "$WORK/saved_model/saved_model.pb"
 step "ok"
