@@ -19,24 +19,35 @@ import json
 import os
 import random
 import sys
-
-import tensorflow as tf
+from typing import TYPE_CHECKING
 
 from keras_efficientnet.atomic import write_atomically
 from keras_efficientnet.cli.errors import DONE, BadInput
 from keras_efficientnet.cli.parser import CommandParser, command_status, run_command
-from keras_efficientnet.datasets import preprocessing, sources
+
+# TensorFlow and the sources (which import it) load inside the functions that use them, after
+# the command's flags and input folder are checked.
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def _bytes_feature(value: bytes) -> tf.train.Feature:
+    import tensorflow as tf
+
     return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
 
 def _int_feature(value: int) -> tf.train.Feature:
+    import tensorflow as tf
+
     return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
 
 def _readable(data: bytes) -> bool:
+    import tensorflow as tf
+
+    from keras_efficientnet.datasets import preprocessing
+
     try:
         preprocessing.decode(data)  # what the pipeline does with it
         return True
@@ -47,6 +58,10 @@ def _readable(data: bytes) -> bool:
 def _write_shard(path: str, items: list[tuple[str, int]], class_names: list[str],
                  validate: bool) -> list[str]:
     """Writes one shard; returns the files left out as unreadable."""
+    import tensorflow as tf
+
+    from keras_efficientnet.datasets import sources
+
     skipped = []
     with tf.io.TFRecordWriter(path) as writer:
         for file, label in items:
@@ -73,6 +88,8 @@ def convert(input_dir: str, output_dir: str, splits: list[str] | None = None,
         raise ValueError(f"images_per_shard must be >= 1, got {images_per_shard}")
     if not os.path.isdir(input_dir):
         raise FileNotFoundError(f"input_dir {input_dir!r} does not exist")
+    from keras_efficientnet.datasets import sources
+
     if splits is None:
         splits = sorted(e.name for e in os.scandir(input_dir) if e.is_dir())
     os.makedirs(output_dir, exist_ok=True)

@@ -127,3 +127,29 @@ def test_console_scripts_and_old_module_paths_reach_the_room():
     for name in ("train", "evaluate", "predict", "folder_to_tfrecord"):  # kept forwarders
         old = importlib.import_module(f"keras_efficientnet.{name}")
         assert (old.main, old.run) == (COMMANDS[name].main, COMMANDS[name].run)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_answers_help_and_usage_errors_before_tensorflow(tmp_path, name):
+    stand_in = tmp_path / "no_tf" / "tensorflow"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("raise ImportError('TensorFlow was imported')\n")
+    env = dict(os.environ, PYTHONPATH=f"{stand_in.parent}{os.pathsep}{REPO}")
+
+    def command(*args):
+        return subprocess.run([sys.executable, "-m", f"keras_efficientnet.cli.{name}", *args],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    shown = command("--help")
+    assert (shown.returncode, shown.stderr) == (0, ""), shown.stderr
+    assert " ".join(shown.stdout.split()).endswith(" ".join(errors.exit_status_help().split()))
+    required = {"export": [str(tmp_path)],
+                "folder_to_tfrecord": ["--input_dir=a", "--output_dir=b"]}
+    refused = command(*required.get(name, []), "--no_such_flag=1")
+    assert refused.returncode == errors.BAD_INPUT and refused.stdout == "", refused.stderr
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: ")
+    assert "no_such_flag" in refused.stderr
+    if name == "folder_to_tfrecord":  # its input check comes before TensorFlow too
+        missing = command(f"--input_dir={tmp_path / 'nope'}", f"--output_dir={tmp_path}/out")
+        assert (missing.returncode, missing.stderr) == (
+            errors.BAD_INPUT, f"error: input_dir {str(tmp_path / 'nope')!r} does not exist\n")
