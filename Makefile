@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 .PHONY: help install install-jax install-horovod venv-timm test test-tf test-jax test-slow train lint \
         benchmark benchmark-layers benchmark-pipeline benchmark-distribute benchmark-pareto \
         benchmark-microbatch data-fashion benchmark-fashion benchmark-fashion-time \
-        benchmark-fashion-microbatch \
+        benchmark-fashion-microbatch benchmark-fashion-protocol benchmark-figure1 \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
 
 help:
@@ -31,6 +31,9 @@ help:
 	@echo "                                   seconds, 3 recipes x 3 seeds (at most 60 min)"
 	@echo "make benchmark-fashion-microbatch  BN/GN/LN/LN+PN at micro-batch 2 and 32 (<= 60 min)"
 	@echo "make benchmark-fashion             both; a stopped one resumes when run again"
+	@echo "make benchmark-fashion-protocol    every recipe's full schedule, 3 seeds (hours;"
+	@echo "                                   EXPERIMENT=native40|table96, resumes)"
+	@echo "make benchmark-figure1             the paper's Figure 1 for this machine's hours"
 	@echo "make lint        ruff (style, import order, stale noqa); CI runs it before the tests"
 
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -140,6 +143,19 @@ benchmark-fashion-time: install
 benchmark-fashion-microbatch: install
 	timeout $(FASHION_BUDGET) $(PY) -m benchmarks.bench_fashion microbatch $(ARGS) || { \
 	  echo "benchmark-fashion-microbatch stopped: run it again to resume"; exit 1; }
+
+# The paper's protocol on Fashion-MNIST (benchmarks/README.md): each recipe's full schedule as
+# the training command, 3 seeds; hours on 2 cores, resumed where it stopped when run again.
+# EXPERIMENT=native40 (every family at 40 px) or table96 (test 96 px, reduced 64 px);
+# ARGS=--quick checks the whole path in minutes.
+EXPERIMENT ?= table96
+benchmark-fashion-protocol: install data-fashion
+	$(PY) -m benchmarks.bench_fashion_protocol $(EXPERIMENT) $(ARGS)
+
+# The paper's Figure 1 for this machine: B0-B3 recipes' step rates here x their epochs, against
+# the paper's top-1 (read off its Figure 1). ARGS=--quick: B0 only, in minutes.
+benchmark-figure1: install
+	$(PY) -m benchmarks.bench_figure1 $(ARGS)
 
 # Run where PyPI is reachable; carry benchmarks/gpu/wheels to the GPU machine.
 benchmark-gpu-wheels:

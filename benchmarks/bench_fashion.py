@@ -604,8 +604,11 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--micro-batches", nargs="+", type=int, default=[2, 32])
     mb.add_argument("--global-batch", type=int, default=32)
     mb.add_argument("--resolution", type=int, default=32)
-    mb.add_argument("--epochs", type=int, default=1)
-    mb.add_argument("--updates-per-epoch", type=int, default=100,
+    # Two whole passes: long enough for BatchNorm at micro-batch 32 to learn (issue 32: after
+    # 100 updates no norm had trained yet, so those rows only showed that). The 100-update
+    # rows stay in the results file as the smoke pass (--epochs 1 --updates-per-epoch 100).
+    mb.add_argument("--epochs", type=int, default=2)
+    mb.add_argument("--updates-per-epoch", type=int, default=0,
                     help="updates of --global-batch; 0 = one pass over the training split")
     mb.add_argument("--warmup-epochs", type=float, default=0.2)
     mb.add_argument("--bn-batches", type=int, default=64,
