@@ -112,7 +112,8 @@ def _evaluate(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status."""
-    return command_status(_evaluate, sys.argv if argv is None else argv)
+    return command_status(_evaluate, sys.argv if argv is None else argv,
+                          "nothing was scored; run the same command again")
 
 
 def run() -> None:

@@ -86,16 +86,25 @@ def renamed_flags(args: Sequence[str], deprecated: dict[str, tuple[str, str]],
     return out
 
 
-def command_status(body: Callable[[list[str]], int], argv: list[str]) -> int:
+def command_status(body: Callable[[list[str]], int], argv: list[str],
+                   unfinished: str = "the command did not finish; run it again") -> int:
     """`body(argv)`'s exit status under the convention: BadInput is one `error:` line and
-    BAD_INPUT; --help (argparse's SystemExit) returns its status instead of exiting."""
+    BAD_INPUT; --help (argparse's SystemExit) returns its status instead of exiting; SIGTERM
+    or SIGINT anywhere in it (a Keras layer call included) is one `stopped by SIGTERM:
+    <unfinished>` line and SIGNAL_BASE + the signal (143, 130)."""
+    from keras_efficientnet.training.preemption import Preempted, SignalWatch
+
     try:
-        return body(argv)
+        with SignalWatch():
+            return body(argv)
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return BAD_INPUT
     except SystemExit as done:
         return int(done.code or 0)
+    except Preempted as stopped:
+        print(f"stopped by {stopped.signal_name}: {unfinished}", file=sys.stderr, flush=True)
+        return stopped.exit_code
 
 
 def run_command(main: Callable[[list[str]], int]) -> None:

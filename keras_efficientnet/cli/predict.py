@@ -324,7 +324,9 @@ def _predict(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status."""
-    return command_status(_predict, sys.argv if argv is None else argv)
+    return command_status(_predict, sys.argv if argv is None else argv,
+                          "the predictions are incomplete and --output was not written; run "
+                          "the same command again")
 
 
 def run() -> None:

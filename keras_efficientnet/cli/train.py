@@ -24,6 +24,7 @@ from keras_efficientnet.cli.parser import HELP_FLAGS, parse_absl_flags
 from keras_efficientnet.datasets.source_table import missing_local_folder
 from keras_efficientnet.training.modes import MODE_TABLE
 from keras_efficientnet.training.plan import STRATEGY_TABLE
+from keras_efficientnet.training.preemption import Preempted
 from keras_efficientnet.training.run_config import evaluation_config
 
 define_flags()
@@ -113,7 +114,7 @@ def main(argv: list[str], command_line: bool = False) -> int:
         check_local_folder(config)
         with RunSession(config, chief=True if one_process else None) as session:
             results = _run(config, session)
-    except Exception as error:  # one line for those a user can act on (cli.errors)
+    except (Exception, Preempted) as error:  # one line for those a user can act on
         described = errors.describe(error)
         if described is None:
             raise

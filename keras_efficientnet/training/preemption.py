@@ -7,6 +7,13 @@ the end of the current step and raises `Preempted` naming the checkpoint. Outsid
 (loading data, building the model, evaluating) there is no step to save and the signal raises
 `Preempted` at once. A second signal always raises at once.
 
+`Preempted` derives from `BaseException`, as `KeyboardInterrupt` does, because a signal lands
+wherever the main thread is: inside a Keras layer call, whose `except Exception` rebuilds the
+error as `type(error)(message)` (keras.src.utils.traceback_utils), or inside any library's
+`except Exception: fallback`, which would swallow it. No `except Exception` sees it. A stop
+that is noted but never raised (the handler ran in a destructor, whose exceptions Python only
+prints; or after a training loop's last step boundary) is raised when its region ends.
+
 Several processes (multi-worker, horovod) must stop at the same step, or the others wait in the
 next all-reduce for the one that left: there the loop votes with its peers at every host call
 (`SignalWatch.coordinated`, `agree`) and the checkpoint callback stops on the agreed signal.
@@ -22,8 +29,8 @@ from collections.abc import Iterator
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Preempted(Exception):
-    """The run was stopped by a signal.
+class Preempted(BaseException):
+    """The run was stopped by a signal (a `BaseException`: the module docstring says why).
 
     Args:
         signum: the signal.
@@ -44,6 +51,10 @@ class Preempted(Exception):
         self.writer = writer
         self.everywhere = everywhere or by is not None or writer is not None
         super().__init__(self.describe())
+
+    def __reduce__(self):  # copy and pickle rebuild it from its fields, not from its message
+        return (_rebuild, (self.signum, self.checkpoint, self.step, self.by, self.writer,
+                           self.everywhere))
 
     @property
     def signal_name(self) -> str:
@@ -66,6 +77,10 @@ class Preempted(Exception):
                 "(earlier checkpoints are intact); run the same command to resume")
 
 
+def _rebuild(signum, checkpoint, step, by, writer, everywhere) -> Preempted:
+    return Preempted(signum, checkpoint, step, by=by, writer=writer, everywhere=everywhere)
+
+
 class SignalWatch:
     """Installs handlers for SIGTERM and SIGINT inside its context (main thread only).
 
@@ -83,6 +98,7 @@ class SignalWatch:
         # (signal, the peers that received it) once the processes of a run agreed to stop.
         self.agreed: tuple[int, str] | None = None
         self._deferring = 0
+        self._raised_at_once = False  # the handler raised (rather than noted) the stop
         self._coordinating = 0
         self._previous: dict = {}
 
@@ -125,6 +141,7 @@ class SignalWatch:
     def _handle(self, signum, frame):
         if self.requested is not None or not self._deferring:
             self.requested = signum
+            self._raised_at_once = True
             raise Preempted(signum)
         self.requested = signum
 
@@ -134,18 +151,34 @@ class SignalWatch:
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
+        self._raise_lost_stop(exc)
+
+    def _raise_lost_stop(self, exc: BaseException | None) -> None:
+        """Raises the stop a signal asked for when it did not reach here as `Preempted`: it was
+        swallowed (a handler that ran in a destructor), turned into another error by a library
+        that called back into Python, or noted after the last step boundary of a loop."""
+        if self.requested is None or isinstance(exc, Preempted):
+            return
+        if exc is not None and not self._raised_at_once:
+            return  # an error while the stop was only noted (a NaN loss): that error ends it
+        raise Preempted(self.requested) from exc
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[SignalWatch]:
         self._deferring += 1
         try:
             yield self
-        finally:
+        except BaseException as error:
             self._deferring -= 1
+            self._raise_lost_stop(error)
+            raise
+        self._deferring -= 1
+        if not self._deferring:  # a signal noted after the loop's last step boundary
+            self._raise_lost_stop(None)
 
 
 @contextlib.contextmanager
