@@ -73,12 +73,17 @@ class ProxyNormActivation(keras.layers.Layer):
         channels = input_shape[-1]
         if channels is None:
             raise ValueError(f"{self.name}: the channel dimension must be known")
-        self.gamma = self.add_weight(name="gamma", shape=(channels,), initializer="ones")
-        self.beta = self.add_weight(name="beta", shape=(channels,), initializer="zeros")
-        self.proxy_beta = self.add_weight(name="proxy_beta", shape=(channels,),
-                                          initializer="zeros")
-        self.proxy_gamma = self.add_weight(name="proxy_gamma", shape=(channels,),
-                                           initializer="zeros")
+        # autocast=False on each variable too: Keras autocasts the variables of a mixed-policy
+        # layer called outside a model whatever the layer's `autocast`, and a float16 read
+        # would round the statistics and pass each per-channel gradient through float16.
+        def weight(name, initializer):
+            return self.add_weight(name=name, shape=(channels,), initializer=initializer,
+                                   autocast=False)
+
+        self.gamma = weight("gamma", "ones")
+        self.beta = weight("beta", "zeros")
+        self.proxy_beta = weight("proxy_beta", "zeros")
+        self.proxy_gamma = weight("proxy_gamma", "zeros")
 
     def proxy_moments(self):
         """Mean and variance, per channel and in float32, of the activated proxy."""
@@ -102,11 +107,12 @@ class ProxyNormActivation(keras.layers.Layer):
         inputs = ops.cast(inputs, dtype)
         if fused_gradients.enabled() and self.activation in ("swish", "silu"):
             # The same values with a closed-form gradient (fused_gradients' docstring).
+            # Per-channel operands in float32: their gradients are sums over every position.
             scale = (ops.rsqrt(variance + self.epsilon) if self.scale_output
                      else ops.ones_like(variance))
             return fused_gradients.proxy_swish(
-                inputs, ops.cast(self.gamma, dtype), ops.cast(self.beta, dtype),
-                ops.cast(mean, dtype), ops.cast(scale, dtype))
+                inputs, ops.cast(self.gamma, "float32"), ops.cast(self.beta, "float32"),
+                mean, scale)
         z = self._activation_fn(ops.cast(self.gamma, dtype) * inputs + ops.cast(self.beta, dtype))
         centred = z - ops.cast(mean, dtype)
         if not self.scale_output:

@@ -11,6 +11,7 @@ head's into the fine-tune's optimizer.
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 
 from keras_efficientnet.training.callbacks import WeightAverage
@@ -21,10 +22,21 @@ from keras_efficientnet.training.checkpoint import to_numpy
 SLOT_LISTS = ("_mean_squares", "_momentums")
 
 
+def slot_owner(optimizer):
+    """The optimizer that holds the slots: under mixed_float16 Keras' `compile` wraps the
+    run's optimizer in a `LossScaleOptimizer`, whose own variables are the loss scale and its
+    step counter; the slots are its inner optimizer's."""
+    while isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    return optimizer
+
+
 def slot_variables(optimizer) -> list:
-    """The optimizer's slot variables, kind by kind (mean squares, then momenta), each kind in
-    the order of the variables it was built for; empty for an optimizer without these slots."""
-    return [v for name in SLOT_LISTS for v in getattr(optimizer, name, None) or ()]
+    """The optimizer's slot variables (a `LossScaleOptimizer`'s inner optimizer's), kind by
+    kind (mean squares, then momenta), each kind in the order of the variables it was built
+    for; empty for an optimizer without these slots."""
+    owner = slot_owner(optimizer)
+    return [v for name in SLOT_LISTS for v in getattr(owner, name, None) or ()]
 
 
 def read_slots(optimizer) -> list[np.ndarray]:
@@ -61,12 +73,14 @@ class SlotAverage(WeightAverage):
 def restore_slots(optimizer, trained: list, slots: list[np.ndarray], tuned: list) -> int:
     """Assigns the slots of `tuned` (a subset of `trained`, e.g. the head's variables) from
     `slots`, those of the optimizer that trained `trained` (`slot_variables` order), into
-    `optimizer`, which is built here for `tuned` if it is not yet. Returns how many it assigned.
+    `optimizer` (a `LossScaleOptimizer`'s inner one), which is built here for `tuned` if it is
+    not yet. Returns how many it assigned.
 
     Raises ValueError when `slots` cannot be `trained`'s for an optimizer of this kind.
     """
     if not optimizer.built:
-        optimizer.build(tuned)
+        optimizer.build(tuned)  # a LossScaleOptimizer builds its inner one too
+    optimizer = slot_owner(optimizer)
     kinds = [name for name in SLOT_LISTS if getattr(optimizer, name, None)]
     if len(slots) != len(kinds) * len(trained):
         raise ValueError(
@@ -86,4 +100,5 @@ def restore_slots(optimizer, trained: list, slots: list[np.ndarray], tuned: list
     return assigned
 
 
-__all__ = ["SLOT_LISTS", "SlotAverage", "read_slots", "restore_slots", "slot_variables"]
+__all__ = ["SLOT_LISTS", "SlotAverage", "read_slots", "restore_slots", "slot_owner",
+           "slot_variables"]

@@ -142,3 +142,63 @@ def test_a_finetune_from_a_checkpoint_reads_the_slots_saved_with_its_average(tmp
     for got, want in zip(fresh.get_weights(), averaged):
         np.testing.assert_allclose(got, want)
     assert len(found) == len(slots) and all(np.array_equal(a, b) for a, b in zip(found, slots))
+
+
+def _mixed_float16():
+    return trainer.precision_policy("mixed_float16")
+
+
+def test_under_mixed_float16_the_slots_are_read_through_the_loss_scale_optimizer():
+    # Keras' compile wraps the optimizer in a LossScaleOptimizer under mixed_float16; its
+    # slots still average (against the float32 NumPy reference, to float16 compute round-off).
+    x, y = _data()
+    with _mixed_float16():
+        model, start, average = _train_with_slot_average(x, y)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    expected = _numpy_reference(start, x.astype("float64"), y.astype("float64"))
+    slots = average.slots(model)
+    assert slots is not None and len(slots) == 2 * 4
+    for got, want in zip(slots, expected["mean_square"] + expected["momentum"]):
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=1e-4)
+
+
+def _finetune_from_checkpoint(tmp_path, trained_precision: str):
+    """A checkpoint whose weight average holds slots, trained under `trained_precision`, then
+    fine-tuned (one step at rate 0) under mixed_float16; returns (restored slots, momenta after
+    the step by variable path, the config)."""
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="synthetic",
+                         train_resolution=32, test_resolution=32, micro_batch_size=8,
+                         updates_per_epoch=1, finetune_epochs=1, finetune_warmup_epochs=1,
+                         optimizer="rmsprop", weight_decay=0.0, verbose=0, seed=3,
+                         mode="finetune", model_dir=str(tmp_path / "run"))
+    with trainer.precision_policy(trained_precision):
+        model = trainer.build_model(config.replace(precision=trained_precision), 32, 10)
+    rng = np.random.default_rng(4)
+    shapes = [tuple(v.shape) for v in model.trainable_variables]
+    saved_slots = ([rng.uniform(0.5, 1.5, s) for s in shapes]
+                   + [rng.normal(0, 1e-3, s) for s in shapes])
+    CheckpointManager(tmp_path / "run" / "checkpoints").save(
+        1, model, state={"config": config.replace(precision=trained_precision).to_dict(),
+                         "num_classes": 10},
+        average=[w.astype("float64") for w in model.get_weights()] + saved_slots)
+    tuned_config = config.replace(precision="mixed_float16")
+    with _mixed_float16():
+        fresh, found = trainer.build_model(tuned_config, 32, 10), []
+        trainer.load_weights_for(tuned_config, fresh, slots=found)
+        tuned, _ = trainer.finetune(tuned_config, fresh.get_weights(), 10, train_examples=8,
+                                    optimizer_slots=found)
+    assert isinstance(tuned.optimizer, keras.optimizers.LossScaleOptimizer)
+    momenta = dict(zip((v.path for v in tuned.trainable_variables),
+                       read_slots(tuned.optimizer)[len(tuned.trainable_variables):]))
+    paths = [v.path for v in model.trainable_variables]
+    return {p: saved_slots[len(paths) + paths.index(p)] for p in momenta}, momenta, config
+
+
+@pytest.mark.parametrize("trained_precision", ["float32", "mixed_float16"])
+def test_a_checkpoint_fine_tuned_under_mixed_float16_starts_from_its_averaged_slots(
+        tmp_path, trained_precision):
+    restored, momenta, config = _finetune_from_checkpoint(tmp_path, trained_precision)
+    assert momenta and {p.split("/")[0] for p in momenta} <= set(trainer.HEAD_LAYERS)
+    for path, got in momenta.items():  # one step at rate 0: momentum x the restored value
+        np.testing.assert_allclose(got, config.momentum * restored[path], rtol=1e-5,
+                                   atol=1e-9)
