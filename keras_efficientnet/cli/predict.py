@@ -21,6 +21,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -173,7 +174,8 @@ def read_images(paths: list[Path], resolution: int, resize_ratio: float):
     crops, good, failures = [], [], []
     for path in paths:
         try:
-            crops.append(center_crop(tf.io.read_file(str(path)), resolution,
+            # The name's own bytes: a name that is not UTF-8 has no str TensorFlow can take.
+            crops.append(center_crop(tf.io.read_file(os.fsencode(path)), resolution,
                                      resize_ratio).numpy())
             good.append(path)
         except (tf.errors.InvalidArgumentError, tf.errors.OpError) as error:
@@ -219,8 +221,20 @@ def format_top_k(record: dict) -> str:
     return "\n".join(lines)
 
 
+# A spreadsheet runs a cell that starts with these as a formula (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: str) -> str:
+    """`value` as a CSV cell no spreadsheet runs: a leading `'` (a spreadsheet's "text" mark,
+    not displayed) before a formula start, and before a leading `'` itself, so that a reader
+    recovers every value exactly by dropping one leading `'` where there is one."""
+    return f"'{value}" if value.startswith((*FORMULA_STARTS, "'")) else value
+
+
 def render_output(records: list[dict], suffix: str) -> str:
-    """CSV (path, then name, index and probability of each rank) or JSON lines."""
+    """CSV (path, then name, index and probability of each rank; text cells through
+    `csv_text`) or JSON lines."""
     if suffix == ".jsonl":
         return "".join(json.dumps(record) + "\n" for record in records)
     k = max((len(r["top_k"]) for r in records), default=0)
@@ -229,8 +243,9 @@ def render_output(records: list[dict], suffix: str) -> str:
     writer.writerow(["path"] + [f"{what}_{rank}" for rank in range(1, k + 1)
                                 for what in ("class", "index", "probability")])
     for record in records:
-        writer.writerow([record["path"]] + [value for top in record["top_k"] for value in (
-            top["name"], top["index"], f"{top['probability']:.6f}")])
+        ranks = [value for top in record["top_k"] for value in (
+            csv_text(top["name"]), top["index"], f"{top['probability']:.6f}")]
+        writer.writerow([csv_text(record["path"]), *ranks])
     return text.getvalue()
 
 
@@ -288,15 +303,25 @@ def _predict_all(model, files, resolution, args, names):
     return records, failures
 
 
+def _printable(text: str) -> str:
+    """`text` with the bytes of a file name that is not UTF-8 as `\\xff` escapes (a terminal
+    may not take them raw)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _write(records, args) -> None:
-    from keras_efficientnet.atomic import write_atomically
+    from keras_efficientnet.atomic import atomic_file
 
     if args.output:
-        write_atomically(args.output, render_output(records, Path(args.output).suffix.lower()))
-        print(f"wrote {len(records)} predictions to {args.output}")
+        text = render_output(records, Path(args.output).suffix.lower())
+        with atomic_file(args.output) as tmp:
+            # A name that is not UTF-8 is written as its own bytes (surrogateescape), so that
+            # reading the file back the same way gives the very path (JSON escapes it itself).
+            tmp.write_bytes(text.encode("utf-8", "surrogateescape"))
+        print(_printable(f"wrote {len(records)} predictions to {args.output}"))
     else:
         for record in records:
-            print(format_top_k(record))
+            print(_printable(format_top_k(record)))
 
 
 def _predict(argv: list[str]) -> int:

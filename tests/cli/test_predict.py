@@ -183,3 +183,57 @@ def test_the_deprecated_model_flag_predicts_the_same_with_one_warning(files, cap
     assert old.err == ("warning: keras-efficientnet-predict --model is deprecated and goes in the "
                        "next release; use --model_file (the same value): --model names an "
                        "architecture preset in every command\n")
+
+
+# Names a spreadsheet would run as formulas, CSV's own specials, a leading quote, UTF-8 and
+# (as bytes) names that are not UTF-8, which Linux filesystems take.
+ODD_NAMES = ["=1+2", "+cmd", "-x", "@SUM(A1)", "'quoted", "\tTab", "plain, comma",
+             'say "hi"', "line\nbreak", "été", b"\xff\xfe-latin1 \xe9t\xe9"]
+
+
+def _unquote(cell: str) -> str:
+    """The documented reading of predict's CSV: drop one leading ' where there is one."""
+    return cell[1:] if cell.startswith("'") else cell
+
+
+def test_csv_cells_never_start_a_formula_and_every_name_round_trips(files, tmp_path, capsys):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    source = files["images"][0].read_bytes()
+    paths = []
+    for name in ODD_NAMES:
+        name = os.fsdecode(name) if isinstance(name, bytes) else name
+        path = folder / f"{name}.png"
+        try:
+            path.write_bytes(source)
+        except (OSError, UnicodeEncodeError):  # a filesystem that refuses the name
+            continue
+        paths.append(path)
+    assert len(paths) >= len(ODD_NAMES) - 1
+    class_names = tmp_path / "names.json"
+    class_names.write_text(json.dumps(["=HYPERLINK(\"http://x\")", "-1", "'ok"]))
+    out = tmp_path / "pred.csv"
+    rc = predict.main(["predict", f"--model_file={files['three']}", str(folder), "--top_k=3",
+                       f"--class_names={class_names}", f"--output={out}"])
+    assert rc == 0, capsys.readouterr().err
+    with open(out, newline="", encoding="utf-8", errors="surrogateescape") as f:
+        rows = list(csv.reader(f))
+    cells = [cell for row in rows[1:] for cell in row]
+    assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))]
+    assert sorted(_unquote(row[0]) for row in rows[1:]) == sorted(map(str, paths))
+    assert {_unquote(row[1]) for row in rows[1:]} <= {"=HYPERLINK(\"http://x\")", "-1", "'ok"}
+    assert {_unquote(c) for row in rows[1:] for c in row[1::3]} == {
+        "=HYPERLINK(\"http://x\")", "-1", "'ok"}  # every class is somewhere in the top 3
+    # The bytes of each name come back: the file the row names is the one predicted.
+    assert all(os.path.exists(os.fsencode(_unquote(row[0]))) for row in rows[1:])
+    # JSON lines and the printed lines take the same names.
+    jsonl = tmp_path / "pred.jsonl"
+    assert predict.main(["predict", f"--model_file={files['three']}", str(folder),
+                         f"--output={jsonl}"]) == 0
+    assert sorted(json.loads(line)["path"] for line in jsonl.read_text().splitlines()) == \
+        sorted(map(str, paths))
+    capsys.readouterr()
+    assert predict.main(["predict", f"--model_file={files['three']}", str(folder)]) == 0
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err
+    assert printed.out.count(f"{folder}/") == len(paths)
