@@ -13,6 +13,7 @@ import functools
 import gzip
 import hashlib
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +44,17 @@ IDX_MAGIC = {1: 0x00000801, 3: 0x00000803}
 
 
 def idx_bytes(path: Path) -> bytes:
-    """The content of an idx file, decompressed if it is gzip."""
+    """The content of an idx file, decompressed if it is gzip; a ValueError naming the file
+    when the gzip stream is cut short or damaged."""
     with open(path, "rb") as f:
         data = f.read()
-    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as error:  # cut short; bad header, data or CRC
+        raise ValueError(f"{path}: not a complete gzip file ({error}): truncated or damaged; "
+                         f"reinstall it (`{INSTALL}`)") from None
 
 
 def parse_idx(data: bytes, dims: int, where: str) -> np.ndarray:

@@ -102,6 +102,14 @@ def test_damaged_missing_or_wrong_files_are_one_line(tiny):
                      data_dir=folder)
     with pytest.raises(ValueError, match="truncated or padded"):
         fashion_mnist.parse_idx(_idx(np.zeros((2, 3, 3)))[:-1], 3, "x")
+    gz = folder / f"{STEMS[0]}.gz"
+    whole = gz.read_bytes()
+    flipped = whole[:-8] + bytes([whole[-8] ^ 1]) + whole[-7:]  # the CRC-32 no longer fits
+    for damaged in (whole[:len(whole) // 2], whole[:-4], flipped):
+        gz.write_bytes(damaged)
+        with pytest.raises(ValueError, match=f"^{gz}: not a complete gzip file .*: truncated "
+                                             "or damaged; reinstall it"):
+            dataset_info("fashion_mnist", "train", data_dir=folder)
     with pytest.raises(ValueError, match="not an idx file"):
         fashion_mnist.parse_idx(_idx(np.zeros((2, 3, 3))), 1, "x")
 
