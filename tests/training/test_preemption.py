@@ -200,3 +200,37 @@ def test_the_stop_passes_except_exception_and_survives_copy_and_pickle():
         assert (rebuilt.signum, rebuilt.checkpoint, rebuilt.step, rebuilt.by) == (
             signal.SIGTERM, "runs/x/checkpoints/epoch-0002", 7, "worker 1")
         assert str(rebuilt) == str(stopped)
+
+
+def test_the_training_command_in_evaluate_mode_exits_143_in_one_line(tmp_path, monkeypatch,
+                                                                        capsys):
+    # The red team's case: SIGTERM inside a layer call of --mode=evaluate exited 2 with a
+    # garbled line. The classifier (a Dense) sends it while evaluate traces the model.
+    from absl import flags
+
+    from keras_efficientnet import train
+    from tests.reliability.clitools import REPO
+
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="digits",
+                         test_resolution=64, model_dir=str(tmp_path / "run"))
+    weights = tmp_path / "init.weights.h5"
+    trainer.build_model(config, 64, 10).save_weights(weights)
+    dense_call = keras.layers.Dense.call
+
+    def signalling_call(self, inputs, *args, **kwargs):
+        _send_armed_signal(inputs)
+        return dense_call(self, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(keras.layers.Dense, "call", signalling_call)
+    ARMED.append(signal.SIGTERM)
+    try:
+        flags.FLAGS(["prog", f"--flagfile={REPO / 'flags' / 'smoke.flags'}", "--mode=evaluate",
+                     f"--init_checkpoint={weights}", f"--model_dir={tmp_path / 'run'}"])
+        status = train.main(["prog"])
+    finally:
+        flags.FLAGS.unparse_flags()
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith(("error", "stopped"))]
+    assert not ARMED and status == 143
+    assert lines == ["stopped by SIGTERM outside a training step: nothing new to save (earlier "
+                     "checkpoints are intact); run the same command to resume"]
