@@ -12,7 +12,8 @@ the flags, that the model is a Keras zip with a classifier head, that every path
 every file starts like an image. Each failure is one line naming the file. Exit status
 (`cli.errors`): 0 done, 2 bad input (flags, paths, files that are not images or not models; the
 readable images are still predicted and written), 1 a failure on the way (an output that cannot
-be written).
+be written), 128 + N stopped by signal N (143 SIGTERM, 130 SIGINT; `--output` is then not
+written).
 """
 
 from __future__ import annotations
