@@ -138,7 +138,7 @@ def _saved_model_and_image(tmp_path):
 def test_the_evaluate_and_predict_commands_stop_in_one_line_with_128_plus_n(
         tmp_path, capsys, signum):
     model, folder = _saved_model_and_image(tmp_path)
-    code = 128 + signum
+    code, handlers = 128 + signum, [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
     ARMED.append(signum)
     assert evaluate_command.main(["evaluate", f"--model_file={model}", "--resolution=4",
                                   f"--dataset=folder:{folder.parent}"]) == code
@@ -151,7 +151,7 @@ def test_the_evaluate_and_predict_commands_stop_in_one_line_with_128_plus_n(
                      f"stopped by {name}: the predictions are incomplete and --output was not "
                      "written; run the same command again"]
     assert not (tmp_path / "out.csv").exists()
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+    assert [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == handlers  # put back
 
 
 class _SignalInDestructor:
@@ -234,3 +234,32 @@ def test_the_training_command_in_evaluate_mode_exits_143_in_one_line(tmp_path, m
     assert not ARMED and status == 143
     assert lines == ["stopped by SIGTERM outside a training step: nothing new to save (earlier "
                      "checkpoints are intact); run the same command to resume"]
+
+
+def test_a_sigterm_inside_a_layer_call_of_the_validation_stops_at_the_epochs_checkpoint(
+        tmp_path, monkeypatch):
+    # Validation runs inside the training loop: the signal is noted, the epoch's checkpoint is
+    # written and the run stops there (resumable), with 143.
+    from keras_efficientnet.training import validation
+
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="synthetic",
+                         train_resolution=32, test_resolution=32, micro_batch_size=8,
+                         updates_per_epoch=2, epochs=2, eval_every=1, eval_steps=1,
+                         finetune_epochs=0, verbose=0, seed=3, model_dir=str(tmp_path / "run"))
+    dense_call, validate = keras.layers.Dense.call, validation.Validation.__call__
+
+    def signalling_call(self, inputs, *args, **kwargs):
+        _send_armed_signal(inputs)
+        return dense_call(self, inputs, *args, **kwargs)
+
+    def arming_validation(self, *args, **kwargs):
+        ARMED.append(signal.SIGTERM)
+        return validate(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.layers.Dense, "call", signalling_call)
+    monkeypatch.setattr(validation.Validation, "__call__", arming_validation)
+    with pytest.raises(Preempted) as stopped:
+        trainer.train(config, 10, train_examples=16)
+    assert not ARMED and stopped.value.exit_code == 143
+    assert stopped.value.step == 2  # the end of the first epoch, not the second
+    assert stopped.value.checkpoint == str(tmp_path / "run" / "checkpoints" / "epoch-0001")
