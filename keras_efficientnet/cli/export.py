@@ -101,7 +101,9 @@ def _export(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command; `argv` as `sys.argv` (the program name first). Returns the status."""
-    return command_status(_export, sys.argv if argv is None else argv)
+    return command_status(_export, sys.argv if argv is None else argv,
+                          "nothing was exported (an earlier export is left as it was); run the "
+                          "same command again")
 
 
 def run() -> None:

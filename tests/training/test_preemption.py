@@ -19,8 +19,8 @@ from PIL import Image
 
 pytestmark = pytest.mark.tf_only
 
-from keras_efficientnet import evaluate as evaluate_command  # noqa: E402
-from keras_efficientnet import predict as predict_command  # noqa: E402
+from keras_efficientnet.cli import evaluate as evaluate_command  # noqa: E402
+from keras_efficientnet.cli import predict as predict_command  # noqa: E402
 from keras_efficientnet.training import TrainConfig, trainer  # noqa: E402
 from keras_efficientnet.training.export import export_saved_model  # noqa: E402
 from keras_efficientnet.training.preemption import Preempted, SignalWatch  # noqa: E402
@@ -208,7 +208,7 @@ def test_the_training_command_in_evaluate_mode_exits_143_in_one_line(tmp_path, m
     # garbled line. The classifier (a Dense) sends it while evaluate traces the model.
     from absl import flags
 
-    from keras_efficientnet import train
+    from keras_efficientnet.cli import train
     from tests.reliability.clitools import REPO
 
     config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="digits",
@@ -236,6 +236,7 @@ def test_the_training_command_in_evaluate_mode_exits_143_in_one_line(tmp_path, m
                      "checkpoints are intact); run the same command to resume"]
 
 
+@pytest.mark.slow  # a training epoch and its validation (about 25 s on 2 cores)
 def test_a_sigterm_inside_a_layer_call_of_the_validation_stops_at_the_epochs_checkpoint(
         tmp_path, monkeypatch):
     # Validation runs inside the training loop: the signal is noted, the epoch's checkpoint is
