@@ -9,7 +9,8 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help install install-jax install-horovod venv-timm test test-tf test-jax test-slow train lint \
-        benchmark benchmark-layers benchmark-pipeline benchmark-distribute benchmark-pareto \
+        benchmark benchmark-quick benchmark-smoke benchmark-deps benchmark-layers \
+        benchmark-pipeline benchmark-distribute benchmark-pareto \
         benchmark-microbatch data-fashion benchmark-fashion benchmark-fashion-time \
         benchmark-fashion-microbatch benchmark-fashion-protocol benchmark-figure1 \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
@@ -18,8 +19,15 @@ help:
 	@echo "make train       set up and run the default job (flags/default.flags) on digits"
 	@echo "make test        TensorFlow tests, then the portable tests under JAX without TF"
 	@echo "make test-slow   also the slow tests (every preset, ...)"
-	@echo "make benchmark   CPU benchmarks (~10 min): layers, models, host pipeline, plans;"
-	@echo "                 JSON rows and PNG charts in benchmarks/results/"
+	@echo "make benchmark   CPU benchmarks (layers, models, host pipeline, plans; ~30 min on 2"
+	@echo "                 cores): prints its expected duration first, resumes where a stopped"
+	@echo "                 run stopped (FORCE=1 measures again); JSON rows and PNG charts in"
+	@echo "                 benchmarks/results/"
+	@echo "make benchmark-quick  the same with fewer rounds (< 10 min): rows marked quick, in"
+	@echo "                      benchmarks/results/<name>_quick.jsonl"
+	@echo "make benchmark-smoke  every benchmark module for a few steps at tiny sizes (rows in a"
+	@echo "                      temporary folder): checks that each still runs"
+	@echo "make benchmark-layers / -pipeline / -distribute   one part of make benchmark"
 	@echo "make venv-timm   .venv-timm: torch + timm, the benchmarks' PyTorch peer"
 	@echo "make benchmark-pareto      top-1 against training time on digits (~4 min)"
 	@echo "make benchmark-microbatch  top-1 of BN, GN, LN, LN+PN at micro-batch 2/8/32 (2 seeds)"
@@ -107,29 +115,46 @@ $(TIMM_VENV)/.installed: scripts/venv_timm.sh
 	scripts/venv_timm.sh $(TIMM_VENV)
 venv-timm: $(TIMM_VENV)/.installed
 
-# Benchmarks (benchmarks/README.md): each writes results/<name>.jsonl and <name>.png.
-# A failed venv-timm does not stop benchmark-layers: its rows then say why timm is missing.
-benchmark-layers: install
-	-$(MAKE) --no-print-directory venv-timm
-	$(PY) -m benchmarks.bench_model
-	$(PY) -m benchmarks.bench_group_conv
+# Benchmarks (benchmarks/README.md): each writes results/<name>.jsonl and <name>.png, through
+# benchmarks/targets.py, which holds what each target runs. It prints the expected duration (the
+# wall times results/wall_times.json recorded here), skips a module whose rows are current (same
+# code, configuration and CPU; FORCE=1 measures again) and records each module's wall time.
+# QUICK=1 (make benchmark-quick): fewer rounds, rows in results/<name>_quick.jsonl. Options for
+# every module of a target go in ARGS (they become part of the resume key).
+BENCH = $(PY) -m benchmarks.targets run $(if $(FORCE),--force) $(if $(QUICK),--quick)
 
-benchmark-pipeline: install
+# A failed venv-timm does not stop benchmark-layers: its rows then say why timm is missing.
+benchmark-deps: install
+	-$(MAKE) --no-print-directory venv-timm
 	$(PY) -c "import skimage" 2>/dev/null || $(VENV)/bin/pip install -q -e ".[bench]"
-	$(PY) -m benchmarks.bench_pipeline
+
+benchmark-layers: benchmark-deps
+	$(BENCH) benchmark-layers -- $(ARGS)
+
+benchmark-pipeline: benchmark-deps
+	$(BENCH) benchmark-pipeline -- $(ARGS)
 
 benchmark-distribute: install
-	$(PY) -m benchmarks.bench_distribute
-	$(PY) -m benchmarks.bench_stop_vote
+	$(BENCH) benchmark-distribute -- $(ARGS)
 
-benchmark: benchmark-layers benchmark-pipeline benchmark-distribute
+# One run of the three, so that the expected duration printed first covers them all.
+benchmark: benchmark-deps
+	$(BENCH) benchmark-layers benchmark-pipeline benchmark-distribute -- $(ARGS)
+
+benchmark-quick:
+	$(MAKE) --no-print-directory benchmark QUICK=1
+
+# Every module of every benchmark target with --smoke, 2 side by side (tests/benchmarks/
+# test_benchmark_smoke.py runs the same in make test); the GPU one under .venv-jax if present.
+benchmark-smoke: install
+	$(PY) -m benchmarks.targets smoke
 
 benchmark-pareto: install
-	$(PY) -m benchmarks.bench_pareto
+	$(BENCH) benchmark-pareto -- $(ARGS)
 
 # Options for bench_microbatch.py go in ARGS, e.g. ARGS="--seeds 0" (about half the time).
 benchmark-microbatch: install
-	$(PY) -m benchmarks.bench_microbatch $(ARGS)
+	$(BENCH) benchmark-microbatch -- $(ARGS)
 
 # Fashion-MNIST (benchmarks/README.md): each target stops after 60 minutes; its rows are kept and
 # the next run skips them. Options in ARGS, e.g. ARGS="--seeds 0 1 2 3 4" or ARGS=--report-only.
@@ -137,11 +162,13 @@ FASHION_BUDGET := 3600
 benchmark-fashion: benchmark-fashion-time benchmark-fashion-microbatch
 
 benchmark-fashion-time: install
-	timeout $(FASHION_BUDGET) $(PY) -m benchmarks.bench_fashion time $(ARGS) || { \
+	timeout $(FASHION_BUDGET) $(PY) -m benchmarks.bench_fashion time $(if $(QUICK),--quick) \
+	  $(ARGS) || { \
 	  echo "benchmark-fashion-time stopped: run it again to resume"; exit 1; }
 
 benchmark-fashion-microbatch: install
-	timeout $(FASHION_BUDGET) $(PY) -m benchmarks.bench_fashion microbatch $(ARGS) || { \
+	timeout $(FASHION_BUDGET) $(PY) -m benchmarks.bench_fashion microbatch $(if $(QUICK),--quick) \
+	  $(ARGS) || { \
 	  echo "benchmark-fashion-microbatch stopped: run it again to resume"; exit 1; }
 
 # The paper's protocol on Fashion-MNIST (benchmarks/README.md): each recipe's full schedule as

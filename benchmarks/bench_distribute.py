@@ -21,7 +21,8 @@ input pipelines run one after the other here (on separate hosts they would run s
 One JSON row per configuration (the shared schema of benchmarks/common.py) goes to
 benchmarks/results/distribute.jsonl, with images/s, images per CPU-second of the process
 (robust to other load on a shared machine) and the ratio to the same run's reference; the chart
-goes to distribute.png. A non-finite loss stops the run.
+goes to distribute.png. A non-finite loss stops the run. `--smoke` steps every configuration once
+at tiny sizes (rows to a temporary folder); `--quick` times fewer repeats (distribute_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ import tensorflow as tf  # noqa: E402
 import keras_efficientnet as ke  # noqa: E402
 from benchmarks.bench_pipeline import write_photo_folder  # noqa: E402
 from benchmarks.common import (  # noqa: E402
+    add_mode_arguments,
     check_finite,
     machine,
     make_row,
+    parse_args,
     time_calls,
     write_results,
 )
@@ -54,6 +57,10 @@ from keras_efficientnet.distribute.mirrored import mirrored_strategy  # noqa: E4
 from keras_efficientnet.training import TrainConfig, trainer  # noqa: E402
 
 LOSS = keras.losses.CategoricalCrossentropy()
+# Preset options of --smoke and --quick (options on the command line still win).
+SMOKE = ["--resolution=32", "--batch=2", "--global_batch=4", "--micro_batches", "2",
+         "--images=8", "--warmup=1", "--repeats=1"]
+QUICK = ["--micro_batches", "1", "4", "--images=128", "--repeats=3"]
 
 
 def tiny(resolution: int) -> keras.Model:
@@ -195,7 +202,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
-    args = parser.parse_args(argv)
+    add_mode_arguments(parser)
+    args = parse_args(parser, argv, smoke=SMOKE, quick=QUICK)
     info = machine(devices="2 logical CPU devices")
     rows = []
     for measured in (sharding_rows(args), data_parallel_rows(args), pipeline_rows(args)):
@@ -212,7 +220,7 @@ def main(argv=None) -> list[dict]:
                 model="tiny-g16-lnpn", **row))
     for row in rows:
         print({k: v for k, v in row.items() if k != "machine"})
-    write_results("distribute", rows, args.output_dir)
+    write_results("distribute", rows, args.output_dir, args.mode)
     return rows
 
 

@@ -20,7 +20,10 @@ Every finished (recipe or norm, micro-batch, seed) run appends one JSON line to
 benchmarks/results/fashion_time.jsonl or fashion_microbatch.jsonl at once; a restarted run skips
 the runs whose rows (same schedule) are already there, so a stopped benchmark resumes where it
 stopped. The summary (mean and 95% Student-t interval over the seeds, paired differences between
-recipes) and the PNG chart with error bars are computed from the rows alone.
+recipes) and the PNG chart with error bars are computed from the rows alone. `--smoke` trains a
+few updates of each kind of run and evaluates one test batch (rows to a temporary folder);
+`--quick` one seed (rows marked quick, in fashion_time_quick.jsonl or
+fashion_microbatch_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import math
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,7 +43,14 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.charts import read_rows
-from benchmarks.common import machine, make_row, results_dir, validate_row
+from benchmarks.common import (
+    add_mode_arguments,
+    machine,
+    make_row,
+    parse_args,
+    results_dir,
+    validate_row,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
@@ -60,6 +71,16 @@ MICROBATCH_REGULARIZATION = dict(crop_area_min=0.25, label_smoothing=0.1, dropou
 PUBLISHED = {"2-layer CNN": 0.92, "ResNet-18": 0.949, "DenseNet-BC 768K": 0.954,
              "WRN-40-4": 0.967}
 CONFIDENCE = 0.95
+# Preset options of --smoke and --quick per experiment (the command line's own still win). The
+# smoke run trains and fine-tunes one recipe, and BatchNorm at micro-batch 2 accumulated to 4
+# (the other recipes and norms run the same code as bench_pareto's and bench_microbatch's).
+SMOKE = {
+    "time": ["--recipes", "G16-LN+PN reduced + fine-tune", "--seeds", "0",
+             "--updates-per-epoch=2", "--warmup-epochs=0.5", "--bn-batches=2", "--eval-steps=1"],
+    "microbatch": ["--norms", "BN", "--micro-batches", "2", "--global-batch=4",
+                   "--updates-per-epoch=2", "--bn-batches=2", "--eval-steps=1", "--seeds", "0"],
+}
+QUICK = {"time": ["--seeds", "0"], "microbatch": ["--seeds", "0"]}
 
 
 # ---------------------------------------------------------------- interval arithmetic
@@ -307,8 +328,14 @@ def time_row(label: str, seed: int, config, result: dict, schedule: dict, path: 
            if "top1_moving_averages" in result else {}))
 
 
+def result_path(args) -> Path:
+    """fashion_<experiment>.jsonl (its _quick twin for --quick) in the results folder."""
+    name = args.mode.file_name(f"fashion_{args.experiment}")
+    return results_dir(args.output_dir) / f"{name}.jsonl"
+
+
 def run_time(args) -> Path:
-    path = results_dir(args.output_dir) / "fashion_time.jsonl"
+    path = result_path(args)
     schedule = time_schedule(args)
     done = done_keys(path)
     scratch = Path(tempfile.mkdtemp(prefix="bench-fashion-"))
@@ -320,8 +347,8 @@ def run_time(args) -> Path:
                     continue
                 config = recipe_config(label, seed, args, scratch / f"{seed}-{len(done)}")
                 result = train_recipe(config, args.bn_batches)
-                row = time_row(label, seed, config, result, schedule, path,
-                               machine(), args.note)
+                row = args.mode.mark(time_row(label, seed, config, result, schedule, path,
+                                              machine(), args.note))
                 append_row(path, row)
                 done.add(row["run_key"])
                 print(f"  seed {seed} {label}: test top-1 {row['top1']:.4f}, "
@@ -388,7 +415,7 @@ def run_microbatch(args) -> Path:
 
     from benchmarks import bench_microbatch
 
-    path = results_dir(args.output_dir) / "fashion_microbatch.jsonl"
+    path = result_path(args)
     schedule = microbatch_schedule(args)
     done = done_keys(path)
     base = microbatch_base(args)
@@ -408,8 +435,9 @@ def run_microbatch(args) -> Path:
                         base, norm, micro, args.global_batch, seed,
                         scratch / f"{norm}-{micro}-{seed}")
                     result = train_and_score(config, args.bn_batches, args.global_batch)
-                    row = microbatch_row(norm, micro, seed, config, result, args, schedule,
-                                         path, key, reference_micro)
+                    row = args.mode.mark(microbatch_row(norm, micro, seed, config, result,
+                                                        args, schedule, path, key,
+                                                        reference_micro))
                     append_row(path, row)
                     done.add(key)
                     print(f"  seed {seed} {norm:6s} micro-batch {micro:3d}: test top-1 "
@@ -624,6 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="train nothing: summarize and chart the rows already written")
         sub.add_argument("--output-dir", default=None,
                          help="default $KE_BENCH_RESULTS or benchmarks/results")
+        add_mode_arguments(sub)
     return parser
 
 
@@ -644,16 +673,18 @@ def check_args(parser, args) -> None:
 
 def main(argv=None) -> dict:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    experiment = parser.parse_args(argv).experiment  # the first word: no options precede it
+    args = parse_args(parser, argv[1:], command=argv[:1], smoke=SMOKE[experiment],
+                      quick=QUICK[experiment])
     check_args(parser, args)
     started = time.perf_counter()
+    path = result_path(args)
     if args.experiment == "time":
-        path = results_dir(args.output_dir) / "fashion_time.jsonl"
         if not args.report_only:
             run_time(args)
         summary = report_time(path, time_schedule(args))
     else:
-        path = results_dir(args.output_dir) / "fashion_microbatch.jsonl"
         if not args.report_only:
             run_microbatch(args)
         summary = report_microbatch(path, microbatch_schedule(args))

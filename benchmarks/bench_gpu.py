@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 from benchmarks.common import (
-    RESULTS_DIR,
     NonFiniteLossError,
     accelerator,
     check_finite,
     machine,
     make_row,
+    smoke_dir,
     write_results,
 )
 
@@ -314,14 +314,15 @@ def parse_args(argv):
                         help="timed inference steps; default 20 (smoke: 1)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny model, tiny sizes, any device: checks the path, measures "
-                             "nothing worth keeping (written under results/smoke/)")
+                             "nothing worth keeping (written to --output-dir or a temporary "
+                             "folder, never benchmarks/results)")
     parser.add_argument("--no-timm", action="store_true", help="leave the PyTorch peer out")
     parser.add_argument("--torch-compile", action="store_true",
                         help="torch.compile the timm model (off by default: eager is what "
                              "timm's own benchmark script measures by default)")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results "
-                             "(smoke: benchmarks/results/smoke)")
+                             "(smoke: a temporary folder)")
     parser.add_argument("--part", choices=("keras", "timm"), default=None,
                         help=argparse.SUPPRESS)
     parser.add_argument("--part-output", default=None, help=argparse.SUPPRESS)
@@ -387,8 +388,8 @@ def main(argv=None) -> list[dict]:
         gpu = {"gpu": versions["jax_device"].split(":", 1)[1]}
     info = machine(**gpu, **versions)
     rows = rows_from(measured, args, info)
-    output_dir = args.output_dir or (os.environ.get("KE_BENCH_RESULTS")
-                                     or (RESULTS_DIR / "smoke" if args.smoke else None))
+    # A smoke run's rows go to a temporary folder (or the one given), never benchmarks/results.
+    output_dir = smoke_dir(args.output_dir) if args.smoke else args.output_dir
     write_results("model_gpu_smoke" if args.smoke else "model_gpu", rows, output_dir)
     print(f"\n{'benchmark':9s} {'res':>4s} {'variant':34s} {'img/s':>10s} {'vs ref':>7s} "
           f"{'vs timm':>7s}")

@@ -12,6 +12,10 @@ this process only starts them and writes the rows. One file, `onednn_tensorflow.
 - `train_onednn` / `inference_onednn`: images/s of the G16-LN+PN B0 (and of
   `keras.applications.EfficientNetB0`, for context) with oneDNN off, against the same model with
   oneDNN on, measured in the same run.
+
+`--smoke` steps one small conv shape and the tiny model variant once per setting (rows to a
+temporary folder); `--quick` times fewer steps at a smaller model resolution
+(onednn_tensorflow_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -22,12 +26,36 @@ import os
 import subprocess
 import sys
 
+from benchmarks.common import add_mode_arguments, parse_args
+
 SETTINGS = {"off": "0", "on": "1"}
 # The stride-1 spatial convs of G16-B0 at 224 px (expand ratio 4): side, channels, kernel.
 SHAPES = [(56, 96, 3), (28, 160, 5), (14, 320, 3), (14, 448, 5), (7, 768, 5)]
 GROUP_SIZE = 16
 MODELS = ("keras.applications.EfficientNetB0", "G16-LN+PN")
 CHILD_TIMEOUT_S = 1800
+# Preset options of --smoke and --quick (options on the command line still win).
+# The smoke run is untraced: tracing in both children would take most of a minute on 2 cores.
+SMOKE = ["--batch=2", "--repeats=1", "--shapes=8:32:3", "--model-size=tiny", "--resolution=32",
+         "--model-batch=2", "--warmup=1", "--steps=1", "--infer-steps=1", "--eager"]
+QUICK = ["--repeats=2", "--resolution=160", "--model-batch=16", "--warmup=1", "--steps=2",
+         "--infer-steps=2"]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'side:channels:kernel,...' -> [(side, channels, kernel), ...]; ValueError naming the bad
+    one (channels must be a multiple of GROUP_SIZE)."""
+    shapes = []
+    for item in text.split(","):
+        try:
+            side, channels, kernel = (int(part) for part in item.split(":"))
+        except ValueError:
+            raise ValueError(f"--shapes: {item!r} is not side:channels:kernel") from None
+        if min(side, channels, kernel) < 1 or channels % GROUP_SIZE:
+            raise ValueError(f"--shapes: {item!r} needs positive sizes and channels a multiple "
+                             f"of {GROUP_SIZE}")
+        shapes.append((side, channels, kernel))
+    return shapes
 
 
 def forward_macs(layer_kind: str, batch: int, side: int, channels: int, kernel: int) -> int:
@@ -48,7 +76,7 @@ def child(args) -> list[dict]:
 
     results = []
     rng = np.random.default_rng(0)
-    for side, channels, kernel in SHAPES:
+    for side, channels, kernel in parse_shapes(args.shapes):
         x = rng.standard_normal((args.batch, side, side, channels)).astype("float32")
         layers = {
             "dense": keras.layers.Conv2D(channels, kernel, padding="same", use_bias=False),
@@ -57,7 +85,8 @@ def child(args) -> list[dict]:
         }
         for kind, layer in layers.items():
             layer.build(x.shape)
-            seconds = time_calls(_grad_step(layer, x), warmup=2, repeats=args.repeats)
+            seconds = time_calls(_grad_step(layer, x, args.eager), warmup=2,
+                                 repeats=args.repeats)
             path = (tf_conv_path(channels // GROUP_SIZE, channels, channels)
                     if kind == "group" else "")
             results.append({"benchmark": "conv_fwd_bwd", "kind": kind, "side": side,
@@ -69,12 +98,12 @@ def child(args) -> list[dict]:
     for label in MODELS:
         keras.utils.clear_session()
         if label == MODELS[0]:
-            model, dtype = build_reference("b0", args.resolution), "float32"
+            model, dtype = build_reference(args.model_size, args.resolution), "float32"
         else:
-            model, dtype = build_variant("b0", label, args.resolution), "uint8"
+            model, dtype = build_variant(args.model_size, label, args.resolution), "uint8"
         figures = _throughputs(model, dtype, args.model_batch, args.resolution,
                                warmup=args.warmup, steps=args.steps,
-                               infer_steps=args.infer_steps)
+                               infer_steps=args.infer_steps, eager=args.eager)
         for mode, (ips, seconds) in figures.items():
             results.append({"benchmark": f"{mode}_onednn", "variant": label, "seconds": seconds,
                             "images_per_second": ips})
@@ -133,7 +162,8 @@ def make_rows(measured: dict[str, list[dict]], args, info: dict) -> list[dict]:
                 images_per_second=r["images_per_second"],
                 reference=f"{r['variant']} (oneDNN on)",
                 reference_images_per_second=reference["images_per_second"], onednn=setting,
-                seconds_per_step=round(r["seconds"], 4), model_size="b0",
+                seconds_per_step=round(r["seconds"], 4), model_size=args.model_size,
+                eager=args.eager,
                 steps=args.steps if r["benchmark"].startswith("train") else args.infer_steps,
                 warmup_steps=args.warmup))
     return rows
@@ -161,25 +191,45 @@ def main(argv=None) -> list[dict] | None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed model steps")
     parser.add_argument("--steps", type=int, default=3, help="timed training steps")
     parser.add_argument("--infer-steps", type=int, default=3, help="timed inference steps")
+    parser.add_argument("--shapes", default=",".join(":".join(map(str, s)) for s in SHAPES),
+                        help="conv shapes as side:channels:kernel,... (default: G16-B0's)")
+    parser.add_argument("--model-size", choices=("b0", "tiny"), default="b0",
+                        help="tiny: the test-only variant (and Keras' builder at its scaling)")
+    parser.add_argument("--eager", action="store_true",
+                        help="no tf.function (smoke runs: every configuration steps without "
+                             "tracing; the timings mean nothing)")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    add_mode_arguments(parser)
+    args = parse_args(parser, argv, smoke=SMOKE, quick=QUICK)
+    try:
+        parse_shapes(args.shapes)
+    except ValueError as error:
+        parser.error(str(error))
     if args.child:
         print(json.dumps(child(args)), flush=True)
         return None
     from benchmarks.common import machine, write_results
 
-    forwarded = [a for a in argv if a != "--child"]
-    measured = run_children(forwarded)
+    # The children measure what this process parsed: every option, presets included, spelled
+    # out (never --smoke: that would give each child a temporary folder of its own).
+    measured = run_children(child_argv(args))
     import tensorflow as tf  # noqa: F401  (names the TensorFlow version in the machine line)
 
     info = machine(cpu_flags=cpu_flags())
     rows = make_rows(measured, args, info)
     summary(rows)
-    write_results("onednn_tensorflow", rows, args.output_dir)
+    write_results("onednn_tensorflow", rows, args.output_dir, args.mode)
     return rows
+
+
+def child_argv(args) -> list[str]:
+    """The measuring options of `args` as a child's command line."""
+    names = ("batch", "repeats", "resolution", "model_batch", "warmup", "steps", "infer_steps",
+             "shapes", "model_size")
+    return ([f"--{name.replace('_', '-')}={getattr(args, name)}" for name in names]
+            + (["--eager"] if args.eager else []))
 
 
 def cpu_flags() -> str:

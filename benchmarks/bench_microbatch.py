@@ -20,7 +20,9 @@ label smoothing, scale-augmenting crops):
 One JSON row per (norm, micro-batch) goes to benchmarks/results/microbatch.jsonl: the mean and
 the per-seed held-out top-1, and training images/s (its ratio is to BatchNorm at the largest
 micro-batch, measured in the same run; on a shared machine it is noisy, the accuracies are not).
-microbatch.png draws top-1 against the micro-batch size, one line per norm.
+microbatch.png draws top-1 against the micro-batch size, one line per norm. `--smoke` trains BN
+for a few updates on synthetic images (rows to a temporary folder); `--quick` one seed
+for fewer epochs (microbatch_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 from absl import flags
 
-from benchmarks.common import machine, make_row, write_results
+from benchmarks.common import add_mode_arguments, machine, make_row, parse_args, write_results
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.training import TrainConfig, trainer
 
@@ -48,6 +50,13 @@ DEFAULT_FLAGFILE = REPO / "flags" / "default.flags"
 NORMS = {"BN": "g16-bn", "GN": "g16-gn", "LN": "g16-ln", "LN+PN": "g16-lnpn"}
 # Images/s ratios are to BatchNorm at the largest micro-batch, the usual setting.
 REFERENCE_NORM = "BN"
+# Preset options of --smoke and --quick (options on the command line still win).
+# The smoke run trains BatchNorm (the reference, re-estimated) at micro-batch 2 accumulated to 4,
+# 2 updates a host call: 2 host calls, as images/s leaves the first (tracing) one out.
+SMOKE = ["--dataset=synthetic", "--norms", "BN", "--micro-batches", "2", "--global-batch=4",
+         "--epochs=1", "--updates-per-epoch=4", "--seeds", "0", "--device-iterations=2",
+         "--eval-steps=2", "--bn-batches=2"]
+QUICK = ["--seeds", "0", "--epochs=3"]
 
 
 def base_config(flagfile: Path = DEFAULT_FLAGFILE) -> TrainConfig:
@@ -106,7 +115,8 @@ def train_and_score(config: TrainConfig, bn_batches: int) -> dict:
                                   split=config.eval_split, repeat=False, num_classes=num_classes)
     steps = config.eval_steps or -(-eval_examples // config.micro_batch_size)
     result = {"images_per_second": trained["images_per_second"], "seconds": seconds,
-              "steps_per_epoch": trained["step_calls_per_epoch"]}
+              "step_calls_per_epoch": trained["step_calls_per_epoch"],
+              "updates_per_epoch": trained["updates_per_epoch"]}
     return {**result, **top1_fields(score(model, config, data, steps, num_classes, bn_batches)[0])}
 
 
@@ -144,8 +154,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--warmup-epochs", type=float, default=1.0)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--resolution", type=int, default=32, help="train and test size")
-    parser.add_argument("--steps-per-epoch", type=int, default=0,
-                        help="optimizer updates; 0 = one pass over the training split")
+    parser.add_argument("--updates-per-epoch", type=int, default=0,
+                        help="optimizer updates per epoch; 0 = one pass over the training split")
     parser.add_argument("--device-iterations", type=int, default=1,
                         help="updates per host call (each holds all its micro-batch steps)")
     parser.add_argument("--eval-steps", type=int, default=0,
@@ -154,7 +164,8 @@ def main(argv=None) -> list[dict]:
                         help="training micro-batches BatchNorm's statistics are re-estimated on")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
-    args = parser.parse_args(argv)
+    add_mode_arguments(parser)
+    args = parse_args(parser, argv, smoke=SMOKE, quick=QUICK)
     if REFERENCE_NORM not in args.norms:
         parser.error(f"--norms must include the reference {REFERENCE_NORM} (its images/s at the "
                      "largest micro-batch is the ratios' denominator)")
@@ -166,7 +177,7 @@ def main(argv=None) -> list[dict]:
     # The per-example rate of the recipe, times the global batch every run shares.
     per_sample = base.peak_learning_rate() / base.global_batch_size
     base = base.replace(epochs=args.epochs, warmup_epochs=args.warmup_epochs,
-                        steps_per_epoch=args.steps_per_epoch, verbose=0,
+                        updates_per_epoch=args.updates_per_epoch, verbose=0,
                         train_resolution=args.resolution, test_resolution=args.resolution,
                         learning_rate=0.0, learning_rate_per_sample=per_sample,
                         weight_average_decay=0.0, eval_steps=args.eval_steps,
@@ -206,7 +217,8 @@ def main(argv=None) -> list[dict]:
             reference_images_per_second=reference_ips, model=f"efficientnet-tiny-{NORMS[norm]}",
             dataset=base.dataset, micro_batch=micro, global_batch=args.global_batch,
             gradient_accumulation=args.global_batch // micro, epochs=args.epochs,
-            steps_per_epoch=runs[0]["steps_per_epoch"], seeds=[r["seed"] for r in runs],
+            step_calls_per_epoch=runs[0]["step_calls_per_epoch"],
+            updates_per_epoch=runs[0]["updates_per_epoch"], seeds=[r["seed"] for r in runs],
             top1_per_seed=[round(t, 4) for t in top1], top1=round(statistics.mean(top1), 4),
             top1_spread=round(max(top1) - min(top1), 4),
             **({"top1_moving_averages": round(statistics.mean(
@@ -220,7 +232,7 @@ def main(argv=None) -> list[dict]:
                  for m in args.micro_batches]
         print(f"{norm:6s} " + " ".join(f"{c:8.4f}" for c in cells))
     print(f"{total:.0f} s in all", flush=True)
-    write_results("microbatch", rows, args.output_dir)
+    write_results("microbatch", rows, args.output_dir, args.mode)
     return rows
 
 

@@ -23,6 +23,8 @@ holds the best round, every round (`images_per_second_rounds`) and their `spread
 Every timing follows warm-up calls (the first traces); a non-finite loss stops the run. `--size
 tiny` swaps B0 for the test-only tiny variant (and Keras' own EfficientNet builder at the same
 scaling as the reference) so that tests can take one step per configuration in seconds.
+`--smoke` does that for every configuration, untraced (rows to a temporary folder); `--quick`
+measures one round at the half resolution with fewer steps (<name>_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -40,7 +42,15 @@ import numpy as np
 
 import keras_efficientnet as ke
 from benchmarks import timm_peer
-from benchmarks.common import check_finite, machine, make_row, time_calls, write_results
+from benchmarks.common import (
+    add_mode_arguments,
+    check_finite,
+    machine,
+    make_row,
+    parse_args,
+    time_calls,
+    write_results,
+)
 from keras_efficientnet.models.efficientnet import SCALING
 from keras_efficientnet.serving import serving_model
 
@@ -58,6 +68,13 @@ TIMM_MODELS = {"efficientnet_b0": "timm efficientnet_b0 (PyTorch)",
 TIMM_PEER = TIMM_MODELS["efficientnet_b0"]  # the one `ratio_to_timm` divides by
 TIMM_TIMEOUT = 1800.0  # seconds for one child run (B0 at 2 resolutions on 2 busy cores: ~5 min)
 SERVING_SUFFIX = "[serving]"  # our variants' inference through keras_efficientnet.serving
+# Preset options of --smoke and --quick (options on the command line still win). The smoke run
+# is untraced: tracing every configuration would take a minute on 2 cores.
+SMOKE = ["--size=tiny", "--resolutions=32", "--batch=2", "--warmup=1", "--steps=1",
+         "--infer-steps=1", "--layer-batch=2", "--layer-size=8", "--layer-channels=32",
+         "--layer-repeats=1", "--eager", "--rounds=1", "--no-timm"]
+QUICK = ["--resolutions=160", "--batch=16", "--warmup=1", "--steps=2", "--infer-steps=2",
+         "--layer-repeats=3", "--rounds=1"]
 
 
 def build_reference(size: str, resolution: int, classes: int = CLASSES) -> keras.Model:
@@ -399,7 +416,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--no-timm", action="store_true", help="leave the PyTorch peer out")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
-    args = parser.parse_args(argv)
+    add_mode_arguments(parser)
+    args = parse_args(parser, argv, smoke=SMOKE, quick=QUICK)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, received {args.rounds}")
     resolutions = ([int(r) for r in args.resolutions.split(",")] if args.resolutions
@@ -415,7 +433,7 @@ def main(argv=None) -> list[dict]:
     if not args.skip_layers:
         layer_rows = bench_layers(args.layer_batch, args.layer_size, args.layer_channels, 16,
                                   args.layer_repeats, info, args.eager)
-        write_results(f"layers_{backend}", layer_rows, args.output_dir)
+        write_results(f"layers_{backend}", layer_rows, args.output_dir, args.mode)
         rows += layer_rows
     if not args.skip_models:
         measured = bench_models(args.size, resolutions, args.batch, warmup=args.warmup,
@@ -423,7 +441,7 @@ def main(argv=None) -> list[dict]:
                                 variants=variants, eager=args.eager, rounds=args.rounds,
                                 timm_python=None if args.no_timm else args.timm_python)
         _summary(measured)
-        write_results(f"model_{backend}", measured, args.output_dir)
+        write_results(f"model_{backend}", measured, args.output_dir, args.mode)
         rows += measured
     return rows
 

@@ -17,7 +17,9 @@ curve is the weight average (G1-BN) or the fine-tuned head (G16-LN+PN), the fine
 added. One JSON row per method goes to benchmarks/results/pareto.jsonl (training images/s and its
 ratio to G1-BN's, the curve, the final top-1, seconds to the target top-1 and the speed-up to it)
 and pareto.png draws top-1 against cumulative training seconds, in the spirit of the paper's
-Figure 1. A non-finite loss stops the run (the trainer's guard).
+Figure 1. A non-finite loss stops the run (the trainer's guard). `--smoke` trains each method for
+2 updates on synthetic images, without the fine-tune (rows to a temporary folder); `--quick` for
+fewer epochs (pareto_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 from absl import flags
 
-from benchmarks.common import machine, make_row, write_results
+from benchmarks.common import add_mode_arguments, machine, make_row, parse_args, write_results
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.training import TrainConfig, trainer
 
@@ -46,6 +48,12 @@ METHODS = {
     "G16-LN+PN reduced + fine-tune": dict(model="efficientnet-tiny-g16-lnpn",
                                           mode="train_and_finetune", reduced=True),
 }
+# Preset options of --smoke and --quick (options on the command line still win).
+# The smoke run leaves the fine-tune out (bench_fashion's smoke run fine-tunes).
+SMOKE = ["--dataset=synthetic", "--epochs=1", "--updates-per-epoch=2", "--eval-steps=1",
+         "--finetune-epochs=0", "--train-resolution=32", "--test-resolution=32", "--batch=4",
+         "--target=0.0"]
+QUICK = ["--epochs=4"]
 
 
 def base_config(flagfile: Path = DEFAULT_FLAGFILE) -> TrainConfig:
@@ -125,7 +133,9 @@ def run_method(config: TrainConfig) -> dict:
     print(f"  {phase}: {seconds:7.1f} s, held-out top-1 {final['top1']:.4f}", flush=True)
     return {"curve": curve, "images_per_second": trained["images_per_second"],
             "finetune_images_per_second": finetune_ips, "final_top1": round(final["top1"], 4),
-            "train_seconds": round(seconds, 2), "steps_per_epoch": trained["step_calls_per_epoch"]}
+            "train_seconds": round(seconds, 2),
+            "step_calls_per_epoch": trained["step_calls_per_epoch"],
+            "updates_per_epoch": trained["updates_per_epoch"]}
 
 
 def seconds_to(curve: list[dict], target: float) -> float | None:
@@ -147,20 +157,21 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--test-resolution", type=int, default=None,
                         help="test resolution, G1-BN's training one; default: the flagfile's")
     parser.add_argument("--batch", type=int, default=None, help="default: the flagfile's (32)")
-    parser.add_argument("--steps-per-epoch", type=int, default=0,
-                        help="0 = one pass over the training split")
+    parser.add_argument("--updates-per-epoch", type=int, default=0,
+                        help="optimizer updates per epoch; 0 = one pass over the training split")
     parser.add_argument("--eval-steps", type=int, default=0, help="0 = the whole held-out split")
     parser.add_argument("--target", type=float, default=0.95, help="target held-out top-1")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
-    args = parser.parse_args(argv)
-    if args.epochs * (args.steps_per_epoch or 2) < 2:
+    add_mode_arguments(parser)
+    args = parse_args(parser, argv, smoke=SMOKE, quick=QUICK)
+    if args.epochs * (args.updates_per_epoch or 2) < 2:
         # The trainer's throughput leaves the first (tracing) step out.
         parser.error("images/s needs at least 2 training steps: raise --epochs or "
-                     "--steps-per-epoch")
+                     "--updates-per-epoch")
 
     base = base_config(Path(args.flagfile))
-    changes = dict(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+    changes = dict(epochs=args.epochs, updates_per_epoch=args.updates_per_epoch,
                    eval_steps=args.eval_steps, verbose=2, resume=False)
     for name, value in (("dataset", args.dataset), ("finetune_epochs", args.finetune_epochs),
                         ("train_resolution", args.train_resolution),
@@ -198,7 +209,8 @@ def main(argv=None) -> list[dict]:
             model=config.model, dataset=config.dataset, test_resolution=config.test_resolution,
             epochs=config.epochs, finetune_epochs=(config.finetune_epochs
                                                    if config.mode == "train_and_finetune" else 0),
-            steps_per_epoch=result["steps_per_epoch"],
+            step_calls_per_epoch=result["step_calls_per_epoch"],
+            updates_per_epoch=result["updates_per_epoch"],
             finetune_images_per_second=result["finetune_images_per_second"],
             final_top1=result["final_top1"], train_seconds=result["train_seconds"],
             target_top1=args.target, seconds_to_target=to_target,
@@ -212,7 +224,7 @@ def main(argv=None) -> list[dict]:
         print(f"{row['variant']:32s} {row['images_per_second']:7.1f} "
               f"{row['ratio_to_reference']:7.3f} {row['final_top1']:6.3f} "
               f"{row['train_seconds']:8.1f} {to_target if to_target else 'not hit':>8}")
-    write_results("pareto", rows, args.output_dir)
+    write_results("pareto", rows, args.output_dir, args.mode)
     return rows
 
 

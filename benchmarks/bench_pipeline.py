@@ -16,7 +16,9 @@ Per configuration it writes one JSON row (the shared schema of benchmarks/common
 benchmarks/results/pipeline.jsonl, and a chart to pipeline.png: images/s, images/s per core
 (cores = the tf.data thread pool size), images per CPU-second of the process (robust to other
 load on a shared machine), bytes per image sent to the device, and both ratios to the ceiling
-measured in the same run (medians over interleaved repeats).
+measured in the same run (medians over interleaved repeats). `--smoke` takes a few batches of
+every configuration at tiny sizes (rows to a temporary folder); `--quick` fewer and shorter
+repeats (pipeline_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.common import machine, make_row, write_results
+from benchmarks.common import add_mode_arguments, machine, make_row, parse_args, write_results
 from keras_efficientnet.datasets import make_dataset, preprocessing
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
@@ -42,6 +44,10 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
 SKIMAGE_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry",
                   "hubble_deep_field", "retina", "camera", "coins", "moon", "grass", "gravel",
                   "brick", "clock")
+# Preset options of --smoke and --quick (options on the command line still win).
+SMOKE = ["--images=4", "--image_sizes=32", "--batch=2", "--seconds=0.01", "--warmup_batches=1",
+         "--repeats=1", "--threads=1"]
+QUICK = ["--images=100", "--seconds=1.5", "--warmup_batches=5", "--repeats=2"]
 
 
 def sample_photos() -> dict[str, np.ndarray]:
@@ -198,7 +204,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--output", default="pipeline", help="results/<output>.jsonl")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
-    args = parser.parse_args(argv)
+    add_mode_arguments(parser)
+    args = parse_args(parser, argv, smoke=SMOKE, quick=QUICK)
     sizes = [int(s) for s in args.image_sizes.split(",")]
 
     load_before = os.getloadavg()[0]
@@ -250,7 +257,7 @@ def main(argv=None) -> list[dict]:
             images_per_cpu_second=round(per_cpu_second, 1),
             bytes_per_image=sent[(name, size)],
             ratio_to_reference_cpu=round(per_cpu_second / ceiling[1], 3)))
-    write_results(args.output, rows, args.output_dir)
+    write_results(args.output, rows, args.output_dir, args.mode)
     print(f"\n{'config':24s} {'size':>4s} {'img/s':>8s} {'img/s/core':>10s} {'img/cpu-s':>9s} "
           f"{'bytes/img':>9s} {'vs ceiling':>10s} {'(cpu)':>6s}")
     for row in rows:

@@ -7,7 +7,8 @@ rounds without the vote (the reference) and with it (`train_loop.StopVote`: one 
 all-reduce of a vector of replicas, in the same `tf.function` as the step). Per-step seconds
 are the median interval between host calls after the first 2 of each round (tracing). The
 chief writes one row per variant to benchmarks/results/stop_vote.jsonl; the figure that
-matters is `overhead_ms_per_host_call`.
+matters is `overhead_ms_per_host_call`. `--smoke` takes a few steps at 32 px (rows to a temporary
+folder); `--quick` fewer rounds (stop_vote_quick.jsonl).
 """
 
 from __future__ import annotations
@@ -22,10 +23,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import free_ports, machine, make_row, write_results
+from benchmarks.common import (
+    add_mode_arguments,
+    free_ports,
+    machine,
+    make_row,
+    parse_args,
+    write_results,
+)
 
 WORKERS = 2
 TIMEOUT_S = 900
+# Preset options of --smoke and --quick (options on the command line still win). A round needs
+# 4 steps: the first 2 trace, and one interval is timed between the 2 after.
+SMOKE = ["--batch=2", "--resolution=32", "--steps=4", "--rounds=1"]
+QUICK = ["--steps=12", "--rounds=2"]
 
 
 def worker(args) -> None:
@@ -68,7 +80,7 @@ def worker(args) -> None:
         clock = Clock()
         clock.times = []
         train_loop.fit(model, step, itertools.repeat((x, y)), epochs=1,
-                       steps_per_epoch=args.steps, verbose=0, callbacks=[clock],
+                       step_calls_per_epoch=args.steps, verbose=0, callbacks=[clock],
                        distribute=lambda a, b: train_loop.distribute_batch(strategy, a, b),
                        stop_vote=vote if variant == "vote" else None)
         seconds[variant] += list(np.diff(clock.times[2:]))
@@ -80,6 +92,7 @@ def worker(args) -> None:
                      workers=WORKERS, seconds_per_step=round(median[variant], 5),
                      overhead_ms_per_host_call=round(
                          1000 * (median[variant] - median["no vote"]), 3),
+                     step_calls_per_round=args.steps, rounds=args.rounds,
                      steps_timed=len(seconds[variant]))
             for variant in median]
     Path(args.out).write_text(json.dumps(rows))
@@ -89,12 +102,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8, help="examples per worker and step")
     parser.add_argument("--resolution", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=20, help="steps per round")
+    parser.add_argument("--steps", type=int, default=20,
+                        help="step calls per round (one step each)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--output_dir", default=None)
+    parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default=None,
+                        help="default $KE_BENCH_RESULTS or benchmarks/results")
+    add_mode_arguments(parser)
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, smoke=SMOKE, quick=QUICK)
+    if args.steps < 4 or args.rounds < 1:
+        parser.error(f"--steps must be >= 4 (2 trace, then intervals are timed) and --rounds "
+                     f">= 1, received --steps={args.steps} --rounds={args.rounds}")
     if args.worker is not None:
         return worker(args)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(WORKERS)]}
@@ -122,7 +141,7 @@ def main(argv=None) -> None:
     for row in rows:
         print(f"{row['variant']:8s} {row['seconds_per_step'] * 1000:8.2f} ms/step  "
               f"overhead {row['overhead_ms_per_host_call']:+.2f} ms")
-    write_results("stop_vote", rows, args.output_dir)
+    write_results("stop_vote", rows, args.output_dir, args.mode)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,27 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+# Rows written before issue 37 name step calls per epoch `steps_per_epoch` (one word for several
+# units); rows written since, `step_calls_per_epoch` (beside `updates_per_epoch`). Committed rows
+# are not rewritten: readers take either name.
+STEP_CALLS_FIELDS = ("step_calls_per_epoch", "steps_per_epoch")
+
+
+def step_calls_per_epoch(row: dict) -> int | None:
+    """A row's step calls per epoch under either of its names (STEP_CALLS_FIELDS), or None."""
+    for field in STEP_CALLS_FIELDS:
+        if row.get(field) is not None:
+            return row[field]
+    return None
+
+
+def _schedule(row: dict) -> str:
+    """'N epochs x M step calls' (or just the epochs where the row has no step calls)."""
+    epochs = f"{row.get('epochs')} epochs"
+    calls = step_calls_per_epoch(row)
+    return epochs if calls is None else f"{epochs} x {calls} step calls"
+
+
 MODEL_BENCHMARKS = ("train", "inference")
 LAYER_BENCHMARKS = ("layer_fwd_bwd", "norm_fwd_bwd")
 DISTRIBUTE_BENCHMARKS = ("input_sharding", "data_parallel", "pipeline", "stop_vote")
@@ -244,7 +265,7 @@ def pareto_chart(path: Path, rows: list[dict]) -> Path:
                 color="grey")
     lowest = min(p["top1"] for row in rows for p in row["curve"])
     ax.set_ylim(max(0.0, min(lowest, target or 1.0) - 0.05), 1.0)
-    ax.set_xlabel("cumulative training seconds (evaluation excluded)")
+    ax.set_xlabel(f"cumulative training seconds (evaluation excluded; {_schedule(rows[0])})")
     ax.set_ylabel("held-out top-1")
     dataset = rows[0].get("dataset", "")
     ax.set_title(f"Accuracy against training time on {dataset} "
@@ -272,7 +293,7 @@ def microbatch_chart(path: Path, rows: list[dict]) -> Path:
     ax.set_xlabel(f"micro-batch (gradients accumulated to {rows[0].get('global_batch')})")
     ax.set_ylabel("held-out top-1 (line: mean over seeds)")
     ax.set_title(f"Normalization against micro-batch size on {rows[0].get('dataset', '')} "
-                 f"({rows[0].get('epochs')} epochs, {rows[0].get('resolution')}px)", fontsize=10)
+                 f"({_schedule(rows[0])}, {rows[0].get('resolution')}px)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return _save(plt, fig, path, rows[0]["machine"])

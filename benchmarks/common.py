@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import math
 import os
@@ -10,11 +12,15 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import charts
-from benchmarks.charts import read_rows  # noqa: F401 - the results' reader, re-exported
+
+# The results' readers, re-exported.
+from benchmarks.charts import STEP_CALLS_FIELDS, read_rows, step_calls_per_epoch  # noqa: F401
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Where results go instead of benchmarks/results (tests and smoke runs point it elsewhere).
@@ -33,6 +39,80 @@ ROW_SCHEMA = {
     "reference": str,            # the variant it is compared with, measured in the same run
     "ratio_to_reference": float,  # images_per_second / the reference's (> 1 is faster)
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class RunMode:
+    """How a benchmark run was asked for: `smoke` (a few steps at tiny sizes, to check that it
+    runs; rows to a temporary folder), `quick` (fewer rounds; rows marked `"quick": true` in
+    <name>_quick.jsonl, beside the full run's, which they never overwrite) and `resume_key` (the
+    identity `benchmarks.targets` gives a run, written into every row so that a rerun of the
+    same code and configuration on the same machine can skip it)."""
+
+    smoke: bool = False
+    quick: bool = False
+    resume_key: str | None = None
+
+    def file_name(self, name: str) -> str:
+        return f"{name}_quick" if self.quick else name
+
+    def mark(self, row: dict) -> dict:
+        """`row` with this mode's fields (none for a plain full run)."""
+        marks = {"smoke": self.smoke, "quick": self.quick}
+        row = {**row, **{k: True for k, v in marks.items() if v}}
+        if self.resume_key:
+            row["resume_key"] = self.resume_key
+        return row
+
+
+def add_mode_arguments(parser: argparse.ArgumentParser) -> None:
+    """--smoke, --quick and the hidden --resume-key of every benchmark (see RunMode)."""
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few steps at tiny sizes, to check that the benchmark runs: rows "
+                             "go to --output-dir or a temporary folder, never benchmarks/results")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer rounds and smaller sizes (make benchmark-quick): rows marked "
+                             "quick, in <name>_quick.jsonl")
+    parser.add_argument("--resume-key", default=None, help=argparse.SUPPRESS)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *,
+               smoke: Sequence[str] = (), quick: Sequence[str] = (),
+               command: Sequence[str] = ()) -> argparse.Namespace:
+    """Parses `argv` (default sys.argv[1:]) with `parser` (which has add_mode_arguments' options
+    and --output-dir). Under --smoke or --quick the preset options `smoke` or `quick` are
+    parsed first, so that options given on the command line still win; `command` (a
+    subcommand) goes before everything. Sets `args.mode` (a RunMode), and under --smoke an
+    output folder outside benchmarks/results."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args([*command, *argv])
+    if args.smoke and args.quick:
+        parser.error("--smoke and --quick exclude each other: choose one")
+    preset = smoke if args.smoke else quick if args.quick else ()
+    if preset:
+        args = parser.parse_args([*command, *preset, *argv])
+    args.mode = RunMode(smoke=args.smoke, quick=args.quick, resume_key=args.resume_key)
+    if args.smoke:
+        try:
+            args.output_dir = str(smoke_dir(args.output_dir))
+        except ValueError as error:
+            parser.error(str(error))
+    return args
+
+
+def smoke_dir(output_dir: str | os.PathLike | None = None) -> Path:
+    """Where a smoke run writes: `output_dir`, else $KE_BENCH_RESULTS, else a new temporary
+    folder; never benchmarks/results or a folder inside it (ValueError)."""
+    chosen = output_dir or os.environ.get(RESULTS_ENV)
+    if not chosen:
+        path = Path(tempfile.mkdtemp(prefix="ke-bench-smoke-"))
+        print(f"smoke run: rows go to {path}", flush=True)
+        return path
+    path = Path(chosen).resolve()
+    if path == RESULTS_DIR or RESULTS_DIR in path.parents:
+        raise ValueError(f"--smoke writes no rows to {RESULTS_DIR}: received --output-dir "
+                         f"{chosen}; give another folder, or none for a temporary one")
+    return path
 
 
 class NonFiniteLossError(RuntimeError):
@@ -176,11 +256,12 @@ def write_rows(name: str, rows: list[dict], output_dir: str | os.PathLike | None
     return path
 
 
-def write_results(name: str, rows: list[dict],
-                  output_dir: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
-    """Writes <name>.jsonl and renders <name>.png next to it; returns both paths (the chart's
-    is None, with the reason printed, where matplotlib is not installed)."""
-    path = write_rows(name, rows, output_dir)
+def write_results(name: str, rows: list[dict], output_dir: str | os.PathLike | None = None,
+                  mode: RunMode = RunMode()) -> tuple[Path, Path | None]:
+    """Writes <name>.jsonl (<name>_quick.jsonl for a quick run, rows marked by `mode`) and
+    renders its .png next to it; returns both paths (the chart's is None, with the reason
+    printed, where matplotlib is not installed)."""
+    path = write_rows(mode.file_name(name), [mode.mark(row) for row in rows], output_dir)
     chart = charts.render(path)
     print(f"wrote {path}" + (f" and {chart}" if chart else ""))
     return path, chart

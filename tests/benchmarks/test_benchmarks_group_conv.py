@@ -29,7 +29,7 @@ def _measured(seconds_scale: float) -> list[dict]:
 
 def test_rows_give_gmacs_and_ratios_to_the_dense_conv_and_to_onednn_on(tmp_path):
     args = argparse.Namespace(batch=4, resolution=224, model_batch=32, steps=3, infer_steps=3,
-                              warmup=2, repeats=3)
+                              warmup=2, repeats=3, model_size="b0", eager=False)
     info = common.machine()
     rows = bench_group_conv.make_rows({"off": _measured(2.0), "on": _measured(1.0)}, args, info)
     group_off = next(r for r in rows if r["onednn"] == "off" and r["path"] == "per_group")

@@ -229,7 +229,7 @@ def test_distribute_benchmark_steps_every_configuration(tmp_path):
 def test_pareto_benchmark_trains_both_methods_one_tiny_step(tmp_path):
     from benchmarks import bench_pareto
 
-    rows = bench_pareto.main(["--dataset", "synthetic", "--epochs", "1", "--steps-per-epoch",
+    rows = bench_pareto.main(["--dataset", "synthetic", "--epochs", "1", "--updates-per-epoch",
                               "2", "--eval-steps", "1", "--finetune-epochs", "1",
                               "--train-resolution", "32", "--test-resolution", "32",
                               "--batch", "4", "--target", "0.0",
@@ -249,7 +249,7 @@ def test_microbatch_benchmark_trains_each_norm_at_each_micro_batch(tmp_path):
 
     rows = bench_microbatch.main(["--dataset", "synthetic", "--norms", "BN", "LN+PN",
                                   "--micro-batches", "2", "4", "--global-batch", "4",
-                                  "--epochs", "1", "--steps-per-epoch", "4", "--seeds", "0",
+                                  "--epochs", "1", "--updates-per-epoch", "4", "--seeds", "0",
                                   "--device-iterations", "2", "--eval-steps", "2",
                                   "--bn-batches", "2", "--output-dir", str(tmp_path)])
     assert rows == check_results(tmp_path, "microbatch")
