@@ -1,0 +1,112 @@
+"""Every module of every `make benchmark-*` target runs end to end with --smoke (issue 37: a
+renamed argument broke `make benchmark-distribute` and no check ran it).
+
+The modules run as subprocesses, 2 side by side (benchmarks.targets.smoke, what `make
+benchmark-smoke` runs), once for the whole file; each test then checks one module: exit status
+0 within the timeout, rows in the shared schema marked as smoke rows in its own folder, and
+nothing written to benchmarks/results. Speed is not asserted.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks import common, targets
+
+pytestmark = pytest.mark.tf_only
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = targets.smoke_steps(list(targets.TARGETS))
+# Make targets that run no benchmark module of their own.
+JOBS = 2  # modules side by side: the machine has 2 cores
+NOT_MODULE_TARGETS = {"benchmark", "benchmark-quick", "benchmark-smoke", "benchmark-deps",
+                      "benchmark-fashion", "benchmark-gpu-wheels", "benchmark-gpu-smoke"}
+
+
+def listing(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(request, tmp_path_factory):
+    # Only the modules whose tests were selected (-k bench_stop_vote runs that one alone).
+    selected = {item.callspec.params["label"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_benchmark_module_runs_in_smoke_mode"}
+    before = listing(common.RESULTS_DIR)
+    root = tmp_path_factory.mktemp("smoke")
+    results = targets.smoke(list(targets.TARGETS), root, jobs=JOBS, only=selected)
+    return {r.label: r for r in results}, before
+
+
+@pytest.mark.parametrize("label", [step.label for _, step in STEPS])
+def test_benchmark_module_runs_in_smoke_mode(smoke_runs, label):
+    results, before = smoke_runs
+    result = results[label]
+    if result.status is None and not result.failed:
+        pytest.skip(f"{label}: {result.reason}")
+    assert not result.failed, (f"{label} failed (exit status {result.status}, "
+                               f"{result.reason or 'no timeout'}):\n{result.output}")
+    files = sorted(result.directory.glob("*.jsonl"))
+    assert files, f"{label} wrote no rows to {result.directory}:\n{result.output}"
+    for path in files:
+        rows = common.read_rows(path)
+        assert rows, path
+        for row in rows:
+            common.validate_row(row)
+            assert row.get("smoke") is True, (path, row)
+    # The smoke runs wrote nothing to benchmarks/results (no file added, none rewritten).
+    assert listing(common.RESULTS_DIR) == before
+
+
+def test_every_benchmark_module_and_make_target_has_a_smoke_run():
+    # A new bench_*.py (the deployment or Figure-1 benchmark) or make target must join
+    # benchmarks/targets.py: then this file runs it.
+    modules = {path.stem for path in (REPO / "benchmarks").glob("bench_*.py")}
+    assert modules == {step.module for steps in targets.TARGETS.values() for step in steps}
+    makefile = (REPO / "Makefile").read_text()
+    make_targets = set(re.findall(r"^(benchmark[\w-]*):", makefile, re.M))
+    assert make_targets - NOT_MODULE_TARGETS == set(targets.TARGETS)
+    # Every module the Makefile starts directly is in the table too.
+    direct = set(re.findall(r"-m benchmarks\.(bench_\w+)", makefile))
+    assert direct <= modules
+
+
+def test_a_smoke_run_never_writes_to_benchmarks_results(tmp_path, monkeypatch):
+    monkeypatch.delenv(common.RESULTS_ENV, raising=False)
+    for inside in (common.RESULTS_DIR, common.RESULTS_DIR / "smoke"):
+        with pytest.raises(ValueError, match="--smoke writes no rows to"):
+            common.smoke_dir(inside)
+    assert common.smoke_dir(tmp_path) == tmp_path.resolve()
+    made = common.smoke_dir()
+    assert made.is_dir() and common.RESULTS_DIR not in made.parents
+    made.rmdir()
+
+
+def test_smoke_and_quick_presets_yield_to_the_command_line(tmp_path):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--output-dir", default=None)
+    common.add_mode_arguments(parser)
+    smoke, quick = ["--steps=4", "--rounds=1"], ["--rounds=2"]
+    args = common.parse_args(parser, ["--smoke", "--rounds=5", "--output-dir", str(tmp_path)],
+                             smoke=smoke, quick=quick)
+    assert (args.steps, args.rounds, args.mode) == (4, 5, common.RunMode(smoke=True))
+    args = common.parse_args(parser, ["--quick"], smoke=smoke, quick=quick)
+    assert (args.steps, args.rounds, args.output_dir) == (20, 2, None)
+    assert args.mode.file_name("pipeline") == "pipeline_quick"
+    assert args.mode.mark({"a": 1}) == {"a": 1, "quick": True}
+    with pytest.raises(SystemExit):
+        common.parse_args(parser, ["--smoke", "--quick"], smoke=smoke, quick=quick)
+
+
+def test_rows_name_step_calls_under_either_name():
+    # Rows written before issue 37 say steps_per_epoch (step calls); later ones say so.
+    committed = common.read_rows(common.RESULTS_DIR / "pareto.jsonl")
+    assert [common.step_calls_per_epoch(row) for row in committed] == [
+        row["steps_per_epoch"] for row in committed]
+    assert common.step_calls_per_epoch({"step_calls_per_epoch": 7, "updates_per_epoch": 14}) == 7
+    assert common.step_calls_per_epoch({"updates_per_epoch": 14}) is None
