@@ -75,7 +75,7 @@ CONFIDENCE = 0.95
 # smoke run trains and fine-tunes one recipe, and BatchNorm at micro-batch 2 accumulated to 4
 # (the other recipes and norms run the same code as bench_pareto's and bench_microbatch's).
 SMOKE = {
-    "time": ["--recipes", "G16-LN+PN reduced + fine-tune", "--seeds", "0",
+    "time": ["--recipes", "G16-LN+PN 64 -> 96 + head", "--seeds", "0",
              "--updates-per-epoch=2", "--warmup-epochs=0.5", "--bn-batches=2", "--eval-steps=1"],
     "microbatch": ["--norms", "BN", "--micro-batches", "2", "--global-batch=4",
                    "--updates-per-epoch=2", "--bn-batches=2", "--eval-steps=1", "--seeds", "0"],

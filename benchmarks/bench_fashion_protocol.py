@@ -42,7 +42,7 @@ from pathlib import Path
 
 from benchmarks.bench_fashion import append_row, done_keys, mean_interval, paired_difference
 from benchmarks.charts import read_rows
-from benchmarks.common import machine, make_row, results_dir
+from benchmarks.common import machine, make_row, results_dir, smoke_dir
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
@@ -402,7 +402,10 @@ def main(argv=None) -> dict:
     if missing:
         parser.error(f"recipe flagfiles missing: {missing} (python flags/generate.py)")
     scratch = Path(tempfile.mkdtemp(prefix="bench-fashion-protocol-")) if args.smoke else None
-    output = scratch if args.smoke else results_dir(args.output_dir)
+    # A smoke run's rows go to --output-dir where given (never benchmarks/results), so that the
+    # benchmark smoke test can read them; its runs stay in the scratch folder.
+    output = ((smoke_dir(args.output_dir) if args.output_dir else scratch) if args.smoke
+              else results_dir(args.output_dir))
     runs = Path(args.runs_dir) if args.runs_dir else (
         scratch / "runs" if args.smoke
         else REPO / "runs" / ("bench-fashion-quick" if args.quick else "bench-fashion"))
