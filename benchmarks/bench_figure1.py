@@ -31,7 +31,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 
-from benchmarks.common import check_finite, machine, make_row, results_dir, write_rows
+from benchmarks.common import (
+    check_finite,
+    machine,
+    make_row,
+    results_dir,
+    smoke_dir,
+    write_rows,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
@@ -240,7 +247,11 @@ def main(argv=None) -> list[dict]:
                           f"{measured['train_resolution']} px", flush=True)
         rows = figure1_rows(samples, args, machine())
         name = f"figure1_{keras.backend.backend()}" + ("_quick" if args.quick else "")
-        path = write_rows(name, rows, scratch or results_dir(args.output_dir))
+        # A smoke run's rows go to --output-dir where given (never benchmarks/results), for the
+        # benchmark smoke test to read; else to its scratch folder.
+        output = ((smoke_dir(args.output_dir) if args.output_dir else scratch) if args.smoke
+                  else results_dir(args.output_dir))
+        path = write_rows(name, rows, output)
         print(f"wrote {path} and {chart(path, rows)}")
 
         for row in rows:

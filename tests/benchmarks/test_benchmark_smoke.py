@@ -26,7 +26,7 @@ JOBS = 2  # modules side by side: the machine has 2 cores
 # about 200 (35-45 each: trainer runs, XLA compiles), the 6 others about 145 (about 75 s of wall
 # time on 2 cores). They run with the slow tests (make test-slow) and in make benchmark-smoke.
 SLOW = {"bench_pareto", "bench_fashion time", "bench_fashion microbatch",
-        "bench_fashion_protocol native40", "bench_gpu"}
+        "bench_fashion_protocol table96", "bench_gpu", "bench_figure1"}
 NOT_MODULE_TARGETS = {"benchmark", "benchmark-quick", "benchmark-smoke", "benchmark-deps",
                       "benchmark-fashion", "benchmark-gpu-wheels", "benchmark-gpu-smoke"}
 
