@@ -8,6 +8,7 @@ import logging
 import keras
 from keras import ops
 
+from keras_efficientnet.layers import fusion
 from keras_efficientnet.layers.groups import num_groups
 
 log = logging.getLogger("keras_efficientnet")
@@ -70,21 +71,25 @@ def _device_type(x) -> str:
 
 
 def tf_conv_path(groups: int, in_channels: int, filters: int, device_type: str = "CPU",
-                 dtype: str = "float32") -> str:
+                 dtype: str = "float32", inference: bool = False) -> str:
     """Which TensorFlow kernel a grouped conv uses: `depthwise`, `per_group` or `grouped`.
 
-    One grouped `tf.nn.conv2d` only where its gradient exists (see
+    One grouped `tf.nn.conv2d` for `inference` (no gradient: oneDNN's or Eigen's forward
+    kernel, no split and concat), or where its gradient exists (see
     `grouped_gradient_available`) and there are more than `MAX_SPLIT_GROUPS` groups; otherwise
     one convolution per group, the fastest differentiable path measured without oneDNN.
     """
     if groups == in_channels and filters == in_channels:
         return DEPTHWISE
+    if inference:
+        return GROUPED
     if groups <= MAX_SPLIT_GROUPS or not grouped_gradient_available(device_type, dtype):
         return PER_GROUP
     return GROUPED
 
 
-def _tf_grouped_conv(x, kernel, strides: int, padding: str, groups: int):
+def _tf_grouped_conv(x, kernel, strides: int, padding: str, groups: int,
+                     inference: bool = False):
     """TensorFlow fast path: a depthwise conv, per-group convs, or one grouped `tf.nn.conv2d`.
 
     Keras' own grouped `Conv2D` is jit-compiled through XLA on the TensorFlow backend, whose
@@ -93,7 +98,8 @@ def _tf_grouped_conv(x, kernel, strides: int, padding: str, groups: int):
     """
     import tensorflow as tf  # only reached on the TensorFlow backend
 
-    path = tf_conv_path(groups, x.shape[-1], kernel.shape[-1], _device_type(x), x.dtype.name)
+    path = tf_conv_path(groups, x.shape[-1], kernel.shape[-1], _device_type(x), x.dtype.name,
+                        inference)
     if path == DEPTHWISE:
         # [kh, kw, 1, C] -> [kh, kw, C, 1] for the dedicated kernel.
         dw_kernel = tf.transpose(kernel, [0, 1, 3, 2])
@@ -115,10 +121,11 @@ def _portable_grouped_conv(x, kernel, strides: int, padding: str, groups: int):
 
 
 def grouped_conv2d(x, kernel, strides: int = 1, padding: str = "same", groups: int = 1,
-                   use_fast_path: bool = True):
-    """Applies a grouped convolution with kernel `[kh, kw, in_channels // groups, filters]`."""
+                   use_fast_path: bool = True, inference: bool = False):
+    """Applies a grouped convolution with kernel `[kh, kw, in_channels // groups, filters]`;
+    `inference`: no gradient will be taken (TensorFlow: one grouped kernel, `tf_conv_path`)."""
     if use_fast_path and keras.backend.backend() == "tensorflow":
-        return _tf_grouped_conv(x, kernel, strides, padding, groups)
+        return _tf_grouped_conv(x, kernel, strides, padding, groups, inference)
     return _portable_grouped_conv(x, kernel, strides, padding, groups)
 
 
@@ -204,6 +211,20 @@ class GroupConv2D(keras.layers.Layer):
         if self.use_bias:
             outputs = outputs + self.bias
         return outputs
+
+    def fused_call(self, inputs, pending=None, portable: bool = False):
+        """Inference (`layers.fusion`): the convolution of the value `(inputs, pending)` stands
+        for, a per-channel `pending` folded into the kernel; one grouped kernel on TensorFlow.
+        Returns `(outputs, None)`."""
+        def conv(x, kernel):
+            return grouped_conv2d(x, kernel, self.strides, self.padding, self.groups,
+                                  use_fast_path=self.use_fast_path, inference=True)
+
+        outputs = fusion.fused_conv(inputs, pending, ops.convert_to_tensor(self.kernel),
+                                    groups=self.groups, conv=conv)
+        if self.use_bias:
+            outputs = outputs + self.bias
+        return outputs, None
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape

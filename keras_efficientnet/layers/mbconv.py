@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_efficientnet.layers import fusion
 from keras_efficientnet.layers.activation import activation_config
 from keras_efficientnet.layers.group_conv import GroupConv2D, conv_kernel_initializer
 from keras_efficientnet.layers.groups import num_groups
@@ -138,19 +139,35 @@ class MBConvBlock(keras.layers.Layer):
         if self.has_residual and self.drop_rate > 0:
             self.stochastic_depth = StochasticDepth(self.drop_rate, name="drop")
 
-    def call(self, inputs, training=None):
-        x = inputs
-        for layer in self.ordered_layers:
-            # Keras passes `training` on to BatchNormalization through the context.
-            if isinstance(layer, SqueezeExcite) and self.gate_scale_source is not None:
-                x = layer(x, gate_scale=self.gate_scale_source.inverse_std())
-            else:
-                x = layer(x)
+    def _call_kwargs(self, layer) -> dict:
+        """A layer's extra call arguments: the squeeze-excite gate takes the proxy 1 / sigma."""
+        if isinstance(layer, SqueezeExcite) and self.gate_scale_source is not None:
+            return {"gate_scale": self.gate_scale_source.inverse_std()}
+        return {}
+
+    def _residual(self, x, inputs, training):
         if not self.has_residual:
             return x
         if self.stochastic_depth is not None:
             x = self.stochastic_depth(x, training=training)
         return x + inputs
+
+    def call(self, inputs, training=None):
+        x = inputs
+        for layer in self.ordered_layers:
+            # Keras passes `training` on to BatchNormalization through the context.
+            x = layer(x, **self._call_kwargs(layer))
+        return self._residual(x, inputs, training)
+
+    def fused_call(self, inputs, pending=None, portable: bool = False):
+        """Inference (`layers.fusion`): the same block with each layer in its fused form (norms
+        with their activations, Proxy Norm's scale folded into the next conv), the same gate
+        and residual. Returns `(outputs, None)`."""
+        if self.has_residual:  # the skip adds the value itself
+            inputs, pending = fusion.materialize(inputs, pending), None
+        x, pending = fusion.fused_sequence(self.ordered_layers, inputs, pending, portable,
+                                           self._call_kwargs)
+        return self._residual(fusion.materialize(x, pending), inputs, training=False), None
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_efficientnet.layers import fused_gradients
+from keras_efficientnet.layers import fused_gradients, fusion
 
 NORMS = ("batch", "group", "layer")
 EPSILON = 1e-3
@@ -67,3 +67,18 @@ class GroupNormalization(keras.layers.GroupNormalization):
         if self.center:
             y = y + ops.cast(self.beta, "float32")
         return ops.cast(y, self.compute_dtype)
+
+    def fused_call(self, inputs, pending=None, portable: bool = False):
+        """Inference (`layers.fusion`): `(inputs, affine)`, the normalization and this layer's
+        own affine left pending as one per-sample, per-channel `fusion.Affine` for the layer
+        after it to apply (an activation takes it into its own multiply-add). Statistics in
+        two reductions that write nothing (`fusion.group_moments`)."""
+        x = fusion.materialize(inputs, pending)
+        if self.axis not in (-1, len(x.shape) - 1) or len(x.shape) != 4:
+            return self(x, training=False), None
+        mean, inverse_std = fusion.group_moments(x, self.groups, self.epsilon, portable)
+        scale = inverse_std * ops.cast(self.gamma, x.dtype) if self.scale else inverse_std
+        shift = -mean * scale
+        if self.center:
+            shift = shift + ops.cast(self.beta, x.dtype)
+        return x, fusion.Affine(scale, shift)

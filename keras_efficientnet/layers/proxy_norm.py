@@ -8,7 +8,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_efficientnet.layers import fused_gradients
+from keras_efficientnet.layers import fused_gradients, fusion
 from keras_efficientnet.layers.activation import activation_config
 
 
@@ -118,6 +118,29 @@ class ProxyNormActivation(keras.layers.Layer):
         if not self.scale_output:
             return centred
         return centred * ops.cast(ops.rsqrt(variance + self.epsilon), dtype)
+
+    def output_affine(self):
+        """`(scale, shift)` per channel, float32, with `call(y) == act(gamma * y + beta) * scale
+        + shift`: `1 / sigma` and `-mu / sigma` of the proxy, or 1 and `-mu` when
+        `scale_output=False`. Weights only: an exporter folds them into the next layer."""
+        mean, variance = self.proxy_moments()
+        if not self.scale_output:
+            return ops.ones_like(mean), -mean
+        inverse_std = ops.rsqrt(variance + self.epsilon)
+        return inverse_std, -mean * inverse_std
+
+    def fused_call(self, inputs, pending=None, portable: bool = False):
+        """Inference (`layers.fusion`): a pending affine (the norm's) and `gamma`, `beta` in one
+        multiply-add, the activation, then the proxy's `1 / sigma` and centring left pending for
+        the next convolution's kernel (with `scale_output=False`, the centring applied)."""
+        dtype = inputs.dtype
+        gamma, beta = ops.cast(self.gamma, dtype), ops.cast(self.beta, dtype)
+        affine = fusion.Affine(gamma, beta) if pending is None else pending.then(gamma, beta)
+        z = self._activation_fn(fusion.materialize(inputs, affine))
+        scale, shift = (ops.cast(value, dtype) for value in self.output_affine())
+        if not self.scale_output:
+            return z + shift, None
+        return z, fusion.Affine(scale, shift)
 
     def compute_output_shape(self, input_shape):
         return input_shape

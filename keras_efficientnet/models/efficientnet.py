@@ -273,28 +273,74 @@ class EfficientNet(keras.Model):
             self._warn_unit_range(args[0])
         return super().__call__(*args, **kwargs)
 
-    def predict(self, x, *args, serving: str = "auto", **kwargs):
-        """Keras' `predict`, through the fused forward pass of `keras_efficientnet.serving`
-        where it is faster (`serving="auto"`: LayerNorm/GroupNorm models, float32, on
-        TensorFlow; the same outputs to float32 round-off). `serving="off"` runs Keras' layers,
-        as `predict_on_batch` and calling the model always do; "on" always fuses."""
+    # ------------------------------------------------------------------ fused inference
+
+    @property
+    def fused_inference(self) -> str:
+        """Which computation inference runs (`model(x, training=False)`, `predict`,
+        `predict_on_batch`, `evaluate`): "auto" (default; the layers' fused forms where they
+        are faster: LayerNorm/GroupNorm models computing in float32 on TensorFlow), "on"
+        (always; a ValueError for a model that does not compute in float32) or "off" (Keras'
+        layers one by one). Training never fuses. Not saved with the model."""
+        return self.__dict__.get("_fused_inference", "auto")
+
+    @fused_inference.setter
+    def fused_inference(self, value: str) -> None:
+        self.fuses(value)  # checks the value before anything changes
+        # Kept out of Keras' attribute tracking: a setting, not state.
+        self.__dict__["_fused_inference"] = value
+        # Keras traces `predict_function` and `test_function` once: trace them again.
+        self.predict_function = None
+        self.test_function = None
+
+    def fuses(self, setting: str | None = None) -> bool:
+        """Whether inference under `setting` (default: `fused_inference`) is the fused pass."""
+        from keras_efficientnet.layers.fusion import check_choice
+
+        setting = check_choice(self.fused_inference if setting is None else setting)
+        if setting == "off":
+            return False
+        compute_dtype = keras.dtype_policies.get(self.dtype_policy).compute_dtype
+        if setting == "on" and compute_dtype != "float32":
+            raise ValueError(
+                f"fused inference: {self.name} computes in {compute_dtype}; fuse a float32 copy "
+                "(keras_efficientnet.training.export.inference_model(model))")
+        return setting == "on" or (
+            keras.backend.backend() == "tensorflow" and compute_dtype == "float32"
+            and self._config["norm"] != "batch")  # BatchNorm already folds into the convs
+
+    def fused_call(self, inputs, portable: bool = False):
+        """The inference forward pass with each layer in its fused form (`layers/fusion.py`):
+        the same outputs as Keras' layers to float32 round-off, with fewer passes over memory.
+        `portable`: only ops that TFLite and ONNX converters take."""
+        from keras_efficientnet.layers.fusion import fused_sequence, materialize
+
+        self._check_images(inputs)
+        images = inputs.get("images") if isinstance(inputs, dict) else inputs
+        if isinstance(images, (list, tuple)) and len(images) == 1:
+            images = images[0]
+        # An EfficientNet is a chain by construction (`_network`): each layer takes the one
+        # before's output, in `self.layers`' order.
+        chain = [layer for layer in self.layers
+                 if not isinstance(layer, keras.layers.InputLayer)]
+        return materialize(*fused_sequence(chain, images, portable=portable))
+
+    def predict(self, x, *args, serving: str | None = None, **kwargs):
+        """Keras' `predict`, running what `fused_inference` chooses (as `predict_on_batch` and
+        `model(x, training=False)` do). `serving` ("auto", "on", "off") is deprecated: set
+        `model.fused_inference` instead."""
         self._warn_unit_range(x)
-        fast = self._serving_path(serving)
-        if fast is self:
+        if serving is None:
             return super().predict(x, *args, **kwargs)
-        return fast.predict(x, *args, **kwargs)
+        warnings.warn("EfficientNet.predict(serving=...) is deprecated: set "
+                      f"model.fused_inference = {serving!r} (predict, predict_on_batch and "
+                      "calls then agree)", DeprecationWarning, stacklevel=2)
+        from keras_efficientnet.serving import for_inference
 
-    def _serving_path(self, serving: str) -> keras.Model:
-        # One wrapper per model, kept out of Keras' attribute tracking (it is not a sublayer and
-        # holds this model): its traced predict function is reused from call to call.
-        from keras_efficientnet import serving as fused
-
-        if serving not in fused.SERVING_CHOICES or serving == "off" or (
-                serving == "auto" and not fused.worth_serving(self)):
-            return fused.for_inference(self, serving)  # a ValueError for an unknown value
-        if "_serving_model" not in self.__dict__:
-            self.__dict__["_serving_model"] = fused.serving_model(self)
-        return self.__dict__["_serving_model"]
+        served = for_inference(self, serving)
+        if served is self:
+            return super().predict(x, *args, **kwargs)
+        return served.predict(x, *args, **kwargs)
 
     def _warn_unit_range(self, images) -> None:
         # Only host NumPy arrays, where the check is cheap (a device tensor would have to be
@@ -307,8 +353,12 @@ class EfficientNet(keras.Model):
             "images is in [0, 1]: multiply them by 255 (keras.applications' convention), or "
             "the predictions are those of a near-black image", stacklevel=3)
 
-    def call(self, inputs, training=None, mask=None, **kwargs):
+    def call(self, inputs, training=None, mask=None, fused: bool | None = None, **kwargs):
+        """Keras' layers, or at inference (`training` not true) the fused pass where
+        `fused_inference` chooses it; `fused=True` or `False` decides for this call."""
         self._check_images(inputs)  # stateless calls (JAX training) come straight here
+        if not training and (self.fuses() if fused is None else fused):
+            return self.fused_call(inputs)
         return super().call(inputs, training=training, mask=mask, **kwargs)
 
     # Boundaries: "stem" and "head" plus one entry per MBConv block, in forward order.

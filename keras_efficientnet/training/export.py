@@ -103,10 +103,10 @@ def export_saved_model(model: keras.Model, export_dir: str | os.PathLike,
     """Writes a TensorFlow SavedModel whose `serving_default` signature takes the model's
     input (uint8 images `[batch, height, width, 3]`) and returns its output (probabilities).
 
-    Its graph is `serving.for_inference(model, serving)`'s: with "auto" the fused forward pass
-    of `keras_efficientnet.serving` for LayerNorm/GroupNorm models (the same outputs to float32
-    round-off, fewer passes over memory), Keras' layers for the others; "off" keeps Keras'
-    layers for every model.
+    Its graph is `keras_efficientnet.serving.export_saved_model`'s: with "auto" the layers'
+    fused forms (`EfficientNet.fused_call`) for LayerNorm/GroupNorm models (the same outputs
+    to float32 round-off, fewer passes over memory), Keras' layers for the others; "off" keeps
+    Keras' layers for every model, "on" fuses any EfficientNet.
 
     Atomic: the SavedModel is written into a temporary sibling folder and renamed into place;
     an earlier export of ours there is replaced whole (nothing of it stays), and a directory
@@ -127,14 +127,13 @@ def export_saved_model(model: keras.Model, export_dir: str | os.PathLike,
         # a server sends a quarter of the bytes, and TFLite and ONNX converters keep uint8.
         import tensorflow as tf
 
-        from keras_efficientnet.serving import for_inference
+        from keras_efficientnet.serving import export_saved_model as export_inference
 
-        served = for_inference(model, serving)
-        served.export(str(tmp), format="tf_saved_model", verbose=False, input_signature=[
+        fused = export_inference(model, tmp, serving, input_signature=[
             tf.TensorSpec(tuple(model.inputs[0].shape), tf.uint8, name="images")])
         write_atomically(tmp / EXPORT_MARK, json.dumps(
             {"format": "tf_saved_model", "model": model.name,
-             "forward_pass": "fused" if served is not model else "keras",
+             "forward_pass": "fused" if fused else "keras",
              "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}))
         private_mode(tmp, 0o755)
         check_export_dir(export_dir)  # again: it may have changed meanwhile

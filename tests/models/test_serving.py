@@ -39,68 +39,42 @@ def close_to(actual, expected, tolerance=1e-5):
     np.testing.assert_allclose(actual, expected, rtol=0, atol=tolerance * scale)
 
 
-# The BN and LN+PN families in the default suite; the GroupNorm ones (same code path with
-# groups > 1) behind `slow`.
+# G1-BN, G16-GN and G16-LN+PN in the default suite; G1-GN and G16-GN+PN (the same code paths)
+# behind `slow`.
 @pytest.mark.parametrize("family", [
-    pytest.param(family, marks=[pytest.mark.slow] if "gn" in family else [])
+    pytest.param(family, marks=[pytest.mark.slow] if family in ("g1-gn", "g16-gnpn") else [])
     for family in FAMILIES])
-def test_serving_model_equals_the_model(family):
+def test_fused_inference_equals_keras_layers(family):
     model = perturbed_model(family, classifier_activation=None)
     # Random images, and flat ones: a near-constant feature map is where statistics computed
     # as E[x^2] - E[x]^2 would lose their digits.
     x = np.concatenate([images(), np.full((1, 32, 32, 3), 255, "uint8"),
                         np.zeros((1, 32, 32, 3), "uint8")])
-    expected = model.predict_on_batch(x)
+    expected = keras.ops.convert_to_numpy(model(x, fused=False))  # Keras' layers one by one
+    assert expected.shape == (5, 10)
+    assert np.abs(expected).max() > 1e-3  # not a trivially zero output
+    for portable in (False, True):
+        close_to(keras.ops.convert_to_numpy(model.fused_call(x, portable=portable)), expected)
+    model.fused_inference = "on"
+    close_to(model.predict_on_batch(x), expected)
+    close_to(model.predict(x, batch_size=2, verbose=0), expected)
     fast = serving.serving_model(model)
     assert isinstance(fast, serving.ServingModel)
-    actual = fast.predict_on_batch(x)
-    assert actual.shape == expected.shape == (5, 10)
-    assert np.abs(expected).max() > 1e-3  # not a trivially zero output
-    close_to(actual, expected)
-    close_to(fast.predict(x, batch_size=2, verbose=0), expected)
+    close_to(fast.predict_on_batch(x), expected)
 
 
 @pytest.fixture(scope="module")
 def lnpn():
-    """The perturbed tiny G16-LN+PN with a softmax classifier (as exported), shared: its Keras
-    predict function is traced once for the tests below."""
+    """The perturbed tiny G16-LN+PN with a softmax classifier (as exported), shared: its
+    predict function is traced once for the tests below (which leave its setting at auto)."""
     return perturbed_model("g16-lnpn")
 
 
-def test_serving_model_probabilities_equal_the_model_to_1e_5(lnpn):
-    model = lnpn
+def test_fused_probabilities_equal_keras_layers_to_1e_5(lnpn):
     x = images()
-    np.testing.assert_allclose(serving.serving_model(model).predict_on_batch(x),
-                               model.predict_on_batch(x), rtol=0, atol=1e-5)
-
-
-def test_fused_norm_matches_layer_norm_then_proxy_norm_by_hand():
-    """LayerNorm over H, W, C, then Proxy Norm, written out in numpy from the paper's formula."""
-    x = np.random.default_rng(1).standard_normal((2, 5, 5, 8)).astype("float32") * 3 + 1
-    norm = keras.layers.GroupNormalization(1, epsilon=1e-3, center=False, scale=False)
-    act = ke.layers.ProxyNormActivation("swish")
-    norm.build(x.shape)
-    act.build(x.shape)
-    rng = np.random.default_rng(2)
-    for weight in act.weights:
-        weight.assign(rng.standard_normal(weight.shape).astype("float32") * 0.3)
-    y, pending = serving.fused_norm(x, norm, act)
-    y = serving.materialize(y, pending).numpy()
-
-    mean = x.mean(axis=(1, 2, 3), keepdims=True)
-    variance = x.var(axis=(1, 2, 3), keepdims=True)
-    normalized = (x - mean) / np.sqrt(variance + 1e-3)
-    gamma, beta, proxy_beta, proxy_gamma = (w.numpy() for w in
-                                            (act.gamma, act.beta, act.proxy_beta,
-                                             act.proxy_gamma))
-
-    def swish(v):
-        return v / (1 + np.exp(-v))
-
-    z = swish(gamma * normalized + beta)
-    proxy = swish(gamma * (proxy_beta + (1 + proxy_gamma) * act._quantiles) + beta)
-    expected = (z - proxy.mean(0)) / np.sqrt(proxy.var(0) + act.epsilon)
-    np.testing.assert_allclose(y, expected, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(lnpn.predict_on_batch(x),
+                               keras.ops.convert_to_numpy(lnpn(x, fused=False)),
+                               rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow  # export_saved_model's test below exports through it with a uint8 signature
@@ -114,10 +88,10 @@ def test_exported_saved_model_serves_the_fused_pass(tmp_path, lnpn):
     signature = loaded.signatures["serving_default"]
     dtype = model.inputs[0].dtype  # the exported signature takes the model's input dtype
     (output,) = signature(images=tf.constant(x.astype(dtype))).values()
-    close_to(output.numpy(), model.predict_on_batch(x))
+    close_to(output.numpy(), keras.ops.convert_to_numpy(model(x, fused=False)))
 
 
-def test_serving_model_refuses_mixed_precision_and_branching_models():
+def test_fusion_refuses_mixed_precision_models_and_models_without_a_fused_form():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
@@ -125,60 +99,102 @@ def test_serving_model_refuses_mixed_precision_and_branching_models():
                                             input_shape=(32, 32, 3), classes=10)
     finally:
         keras.config.set_dtype_policy(previous)
-    with pytest.raises(ValueError, match="computes in bfloat16; serve a float32 copy"):
+    assert not mixed.fuses()  # "auto" keeps Keras' layers
+    with pytest.raises(ValueError, match="computes in bfloat16; fuse a float32 copy"):
         serving.serving_model(mixed)
+    with pytest.raises(ValueError, match="computes in bfloat16; fuse a float32 copy"):
+        mixed.fused_inference = "on"
+    assert mixed.fused_inference == "auto"  # a refused value leaves the setting
     inputs = keras.Input((4,))
     branching = keras.Model(inputs, keras.layers.Add()([keras.layers.Dense(4)(inputs), inputs]))
-    with pytest.raises(ValueError, match="is not a chain of layers"):
+    with pytest.raises(ValueError, match="has no fused inference form"):
         serving.serving_model(branching)
+    assert serving.for_inference(branching) is branching
+    with pytest.raises(ValueError, match="fused_inference='fast': valid values are auto, on"):
+        ke.EfficientNet.from_preset("efficientnet-tiny-g1-bn", input_shape=(32, 32, 3),
+                                    classes=10).fused_inference = "fast"
 
 
-# The package's inference paths (issue 23 point 2): each takes the fused pass by default for
-# the LayerNorm/GroupNorm models and Keras' layers with the opt-out, with the same outputs.
+# The package's inference paths (issue 23 point 2; issue 34 point 3): the model's setting
+# chooses for `model(x)`, `predict` and `predict_on_batch` alike; `for_inference` and the
+# export take an explicit choice.
 
 @pytest.fixture
 def fused_calls(monkeypatch):
-    """A list that grows each time the fused pass is traced (`serving.run_layers`)."""
+    """A list that grows each time the fused pass is traced or run eagerly
+    (`EfficientNet.fused_call`)."""
+    from keras_efficientnet.models.efficientnet import EfficientNet
+
     calls = []
-    original = serving.run_layers
+    original = EfficientNet.fused_call
 
-    def counting(*args, **kwargs):
+    def counting(self, *args, **kwargs):
         calls.append(1)
-        return original(*args, **kwargs)
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(serving, "run_layers", counting)
+    monkeypatch.setattr(EfficientNet, "fused_call", counting)
     return calls
 
 
 def test_for_inference_fuses_the_group_norm_models_only(lnpn):
     bn = ke.EfficientNet.from_preset("efficientnet-tiny-g1-bn", input_shape=(32, 32, 3),
                                      classes=10)
-    assert isinstance(serving.for_inference(lnpn), serving.ServingModel)
-    assert serving.for_inference(lnpn, "off") is lnpn
-    assert serving.for_inference(bn) is bn  # BatchNorm folds into the convs already
-    assert isinstance(serving.for_inference(bn, "on"), serving.ServingModel)
+    assert lnpn.fuses() and not bn.fuses()  # BatchNorm folds into the convs already
+    assert serving.for_inference(lnpn) is lnpn  # the model's own setting agrees
+    off = serving.for_inference(lnpn, "off")
+    assert isinstance(off, serving.ServingModel) and not off.fused
+    assert serving.for_inference(bn) is bn
+    on = serving.for_inference(bn, "on")
+    assert isinstance(on, serving.ServingModel) and on.fused
+    assert lnpn.fused_inference == bn.fused_inference == "auto"  # settings left alone
     with pytest.raises(ValueError, match="serving='fast': valid values are auto, on, off"):
         serving.for_inference(lnpn, "fast")
 
 
-def test_model_predict_takes_the_fused_pass_unless_told_not_to(fused_calls):
-    model = perturbed_model("g16-lnpn", classifier_activation=None)  # its own: it caches
+def test_predict_predict_on_batch_and_calls_follow_the_one_setting(fused_calls):
+    model = perturbed_model("g16-lnpn", classifier_activation=None)  # its own: it is set
     weights, config = len(model.weights), model.get_config()
     trainable = list(model.trainable_weights)
     x = images(5)
-    expected = model.predict_on_batch(x)  # Keras' layers
-    close_to(model.predict(x, batch_size=2, verbose=0), expected)
+    expected = keras.ops.convert_to_numpy(model(x, fused=False))
+    assert not fused_calls
+    for run in (lambda: model.predict(x, batch_size=2, verbose=0),
+                lambda: model.predict_on_batch(x),
+                lambda: model(x, training=False), lambda: model(x)):
+        model.fused_inference = "auto"  # drops the traced functions: each path traces anew
+        traced = len(fused_calls)
+        close_to(keras.ops.convert_to_numpy(run()), expected)
+        assert len(fused_calls) > traced  # "auto" fuses this model, in every path
     traced = len(fused_calls)
-    assert traced > 0
-    close_to(model.predict(x, verbose=0), expected)
-    assert len(fused_calls) == traced  # the wrapper and its trace are reused
-    close_to(model.predict(x, verbose=0, serving="off"), expected)
+    model.predict(x, verbose=0)
+    assert len(fused_calls) == traced  # the traced predict function is reused
+    model.fused_inference = "off"  # the traced functions are dropped and traced again
+    for run in (lambda: model.predict(x, verbose=0), lambda: model.predict_on_batch(x),
+                lambda: model(x, training=False)):
+        close_to(keras.ops.convert_to_numpy(run()), expected)
     assert len(fused_calls) == traced
-    # The cached wrapper is not part of the model and leaves it as it was (trainable).
+    model.fused_inference = "auto"
+    close_to(model.predict_on_batch(x), expected)
+    assert len(fused_calls) > traced
+    # Training never fuses.
+    traced = len(fused_calls)
+    model(x, training=True)
+    assert len(fused_calls) == traced
+    # The setting is not part of the model and leaves it as it was (trainable).
     assert len(model.weights) == weights and model.get_config() == config
     assert model.trainable and len(model.trainable_weights) == len(trainable)
-    with pytest.raises(ValueError, match="valid values are auto, on, off"):
-        model.predict(x, verbose=0, serving="yes")
+
+
+def test_the_deprecated_predict_serving_argument_still_chooses(fused_calls, lnpn):
+    x = images()
+    expected = keras.ops.convert_to_numpy(lnpn(x, fused=False))
+    traced = len(fused_calls)
+    with pytest.warns(DeprecationWarning, match="set model.fused_inference = 'off'"):
+        close_to(lnpn.predict(x, verbose=0, serving="off"), expected)
+    assert len(fused_calls) == traced and lnpn.fused_inference == "auto"
+    with pytest.raises(ValueError, match="valid values are auto, on, off"), \
+            pytest.warns(DeprecationWarning):
+        lnpn.predict(x, verbose=0, serving="yes")
 
 
 def test_export_dir_saved_model_is_the_fused_pass_and_equals_the_model(tmp_path, lnpn):
@@ -191,7 +207,7 @@ def test_export_dir_saved_model_is_the_fused_pass_and_equals_the_model(tmp_path,
 
     model = lnpn
     x = images()
-    expected = model.predict_on_batch(x)
+    expected = keras.ops.convert_to_numpy(model(x, fused=False))
     path = export_saved_model(model, tmp_path / "saved")
     assert json.loads((path / EXPORT_MARK).read_text())["forward_pass"] == "fused"
     signature = tf.saved_model.load(str(path)).signatures["serving_default"]
@@ -202,7 +218,7 @@ def test_export_dir_saved_model_is_the_fused_pass_and_equals_the_model(tmp_path,
 @pytest.mark.slow
 def test_the_fused_saved_model_converts_to_tflite_and_the_opt_out_exports_keras_layers(
         tmp_path, lnpn):
-    """TFLite's converter has no EuclideanNorm: the export traces with `portable_ops`."""
+    """TFLite's converter has no EuclideanNorm: the export traces with `portable=True`."""
     import json
 
     import tensorflow as tf
@@ -215,7 +231,8 @@ def test_the_fused_saved_model_converts_to_tflite_and_the_opt_out_exports_keras_
     off = export_saved_model(model, tmp_path / "off", serving="off")
     assert json.loads((off / EXPORT_MARK).read_text())["forward_pass"] == "keras"
     signature = tf.saved_model.load(str(off)).signatures["serving_default"]
-    close_to(signature(images=tf.constant(x))["output_0"].numpy(), model.predict_on_batch(x))
+    keras_layers = keras.ops.convert_to_numpy(model(x, fused=False))
+    close_to(signature(images=tf.constant(x))["output_0"].numpy(), keras_layers)
     path = export_saved_model(model, tmp_path / "saved")
     interpreter = tf.lite.Interpreter(
         model_content=tf.lite.TFLiteConverter.from_saved_model(str(path)).convert())
@@ -224,7 +241,7 @@ def test_the_fused_saved_model_converts_to_tflite_and_the_opt_out_exports_keras_
     interpreter.allocate_tensors()
     interpreter.set_tensor(inputs["index"], x)
     interpreter.invoke()
-    close_to(interpreter.get_tensor(outputs["index"]), model.predict_on_batch(x))
+    close_to(interpreter.get_tensor(outputs["index"]), keras_layers)
 
 
 def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, capsys, lnpn):
@@ -243,7 +260,7 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
         paths.append(tmp_path / f"{i}.png")
         Image.fromarray(image).save(paths[-1])
     crops = np.stack([center_crop(tf.io.read_file(str(p)), 32).numpy() for p in paths])
-    expected = model.predict_on_batch(crops)
+    expected = keras.ops.convert_to_numpy(model(crops, fused=False))
     assert np.ptp(expected, axis=0).max() > 0.01  # the images score apart
     for mode in ("auto", "off"):
         traced = len(fused_calls)
