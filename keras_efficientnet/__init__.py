@@ -2,19 +2,17 @@
 
 The model, layers and optimizers use `keras.ops` and import without TensorFlow (for example under
 `KERAS_BACKEND=jax`); the host pipeline (`datasets`), trainer and distribution code need TensorFlow.
-Every public name below loads on first use, so `import keras_efficientnet` itself imports neither
-Keras nor TensorFlow, and the command-line tools check their flags before either loads.
+Every public name below loads on first use (`keras_efficientnet.lazy`; `dir()` lists them all),
+so `import keras_efficientnet` itself imports neither Keras nor TensorFlow, and the command-line
+tools check their flags before either loads.
 
-Keras' serialization still finds every layer, the model, each optimizer and learning-rate
-schedule by name: `keras.models.load_model(path)` (safe mode included) of a model that uses them
-or was compiled with them works in a fresh process after `import keras_efficientnet`, with
-nothing more (`registration` says how: the first lookup of a `keras_efficientnet>` name imports
-the modules that register them).
+A saved model names our classes (`keras_efficientnet>GroupConv2D` ...), and Keras finds a class
+once its module has run: `keras_efficientnet.load_model(path)` loads a `.keras` file in any
+process, and `keras_efficientnet.register()` lets a bare `keras.models.load_model(path)` (or any
+Keras deserialization) find every layer, the model, each optimizer and learning-rate schedule.
 """
 
-import importlib
-
-from keras_efficientnet import registration
+from keras_efficientnet.lazy import lazy_face
 
 __version__ = "0.1.0"
 
@@ -28,18 +26,9 @@ _EXPORTS = {
     "decode_predictions": ("keras_efficientnet.models.imagenet_classes", "decode_predictions"),
     "list_presets": ("keras_efficientnet.models.presets", "list_presets"),
     "list_recipes": ("keras_efficientnet.recipes", "list_recipes"),
+    "load_model": ("keras_efficientnet.registration", "load_model"),
+    "register": ("keras_efficientnet.registration", "register"),
 }
 
-
-def __getattr__(name):
-    # Lazy so that `import keras_efficientnet` imports no framework (nor TensorFlow under JAX).
-    if name in _EXPORTS:
-        module, attribute = _EXPORTS[name]
-        loaded = importlib.import_module(module)
-        return loaded if attribute is None else getattr(loaded, attribute)
-    raise AttributeError(f"module 'keras_efficientnet' has no attribute {name!r}")
-
-
-registration.install()
-
-__all__ = list(_EXPORTS)
+__all__ = [*_EXPORTS]
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

@@ -78,11 +78,10 @@ def _run(args) -> dict:
     from keras_efficientnet.cli import quiet
 
     quiet.import_tensorflow(verbose=args.verbosity > 0)
-    import keras
-
     from keras_efficientnet import datasets
+    from keras_efficientnet.registration import load_model
 
-    model = keras.models.load_model(args.model_file)
+    model = load_model(args.model_file)  # registers the package's classes with Keras first
     resolution = args.resolution or model.input_shape[1]
     if resolution is None:
         raise BadInput(f"{args.model_file} takes any resolution; give --resolution")

@@ -77,12 +77,11 @@ def _export(argv: list[str]) -> int:
     from keras_efficientnet.cli import errors, quiet
 
     quiet.import_tensorflow(verbose=args.verbosity > 0)
-    import keras
-
+    from keras_efficientnet.registration import load_model
     from keras_efficientnet.training.export import export_saved_model
 
-    try:  # Keras finds the package's classes by name (keras_efficientnet.registration)
-        model = keras.models.load_model(model_file)
+    try:  # registers the package's classes with Keras first
+        model = load_model(model_file)
     except Exception as error:  # a damaged zip, unknown classes: one line, not Keras' report
         raise BadInput(f"{model_file}: Keras cannot load this model "
                        f"({errors.one_line(error)})") from None

@@ -262,10 +262,10 @@ def _load(args, names):
     from keras_efficientnet.cli import quiet
 
     quiet.import_tensorflow(verbose=args.verbosity > 0)
-    import keras
+    from keras_efficientnet.registration import load_model
 
-    try:  # Keras finds the package's classes by name (keras_efficientnet.registration)
-        model = keras.models.load_model(args.model_file)
+    try:  # registers the package's classes with Keras first
+        model = load_model(args.model_file)
     except Exception as error:  # a damaged zip, unknown classes: one line, not Keras' report
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise BadInput(f"{args.model_file}: Keras cannot load this model ({reason})") from None

@@ -1,32 +1,36 @@
 """The trainer: config, builders, callbacks, atomic checkpoints and the train/fine-tune driver.
 
-`TrainConfig` and the run-directory and signal helpers are plain Python and load at once; the
-Keras parts load on first use, so that the command line checks its flags without Keras.
+`TrainConfig` is plain Python and loads at once; the Keras parts load on first use
+(`keras_efficientnet.lazy`), so that the command line checks its flags without Keras.
 """
 
-import importlib
-
+from keras_efficientnet.lazy import lazy_face
 from keras_efficientnet.training.config import TrainConfig
 
-_MODULES = {
-    "NonFiniteLossError": "callbacks", "NonFiniteLossGuard": "callbacks",
-    "DivergenceError": "callbacks", "DivergenceGuard": "callbacks", "Throughput": "callbacks",
-    "WeightAverage": "callbacks", "CheckpointManager": "checkpoint",
-    "Preempted": "preemption", "RunDirError": "run_dir",
-    "RunSession": "session",
-    **{name: "builders" for name in (
-        "build_datasets", "build_model", "build_optimizer", "compile_model", "evaluate",
-        "lr_schedule")},
-    **{name: "finetune" for name in ("finetune", "finetune_config", "finetune_schedule")},
-    **{name: "trainer" for name in ("train", "train_and_evaluate")},
+# Public name -> (module, attribute), one line a name.
+_EXPORTS = {
+    "NonFiniteLossError": (".callbacks", "NonFiniteLossError"),
+    "NonFiniteLossGuard": (".callbacks", "NonFiniteLossGuard"),
+    "DivergenceError": (".callbacks", "DivergenceError"),
+    "DivergenceGuard": (".callbacks", "DivergenceGuard"),
+    "Throughput": (".callbacks", "Throughput"),
+    "WeightAverage": (".callbacks", "WeightAverage"),
+    "CheckpointManager": (".checkpoint", "CheckpointManager"),
+    "Preempted": (".preemption", "Preempted"),
+    "RunDirError": (".run_dir", "RunDirError"),
+    "RunSession": (".session", "RunSession"),
+    "build_datasets": (".builders", "build_datasets"),
+    "build_model": (".builders", "build_model"),
+    "build_optimizer": (".builders", "build_optimizer"),
+    "compile_model": (".builders", "compile_model"),
+    "evaluate": (".builders", "evaluate"),
+    "lr_schedule": (".builders", "lr_schedule"),
+    "finetune": (".finetune", "finetune"),
+    "finetune_config": (".finetune", "finetune_config"),
+    "finetune_schedule": (".finetune", "finetune_schedule"),
+    "train": (".trainer", "train"),
+    "train_and_evaluate": (".trainer", "train_and_evaluate"),
 }
 
-
-def __getattr__(name):
-    if name in _MODULES:
-        module = importlib.import_module(f"keras_efficientnet.training.{_MODULES[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module 'keras_efficientnet.training' has no attribute {name!r}")
-
-
-__all__ = ["TrainConfig", *_MODULES]
+__all__ = ["TrainConfig", *_EXPORTS]
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
