@@ -335,12 +335,14 @@ class EfficientNet(keras.Model):
         warnings.warn("EfficientNet.predict(serving=...) is deprecated: set "
                       f"model.fused_inference = {serving!r} (predict, predict_on_batch and "
                       "calls then agree)", DeprecationWarning, stacklevel=2)
-        from keras_efficientnet.serving import for_inference
-
-        served = for_inference(self, serving)
-        if served is self:
+        if self.fuses(serving) == self.fuses():
             return super().predict(x, *args, **kwargs)
-        return served.predict(x, *args, **kwargs)
+        previous = self.fused_inference  # for this call only (traced again, both ways)
+        self.fused_inference = serving
+        try:
+            return super().predict(x, *args, **kwargs)
+        finally:
+            self.fused_inference = previous
 
     def _warn_unit_range(self, images) -> None:
         # Only host NumPy arrays, where the check is cheap (a device tensor would have to be
