@@ -279,9 +279,12 @@ class EfficientNet(keras.Model):
     def fused_inference(self) -> str:
         """Which computation inference runs (`model(x, training=False)`, `predict`,
         `predict_on_batch`, `evaluate`): "auto" (default; the layers' fused forms where they
-        are faster: LayerNorm/GroupNorm models computing in float32 on TensorFlow), "on"
-        (always; a ValueError for a model that does not compute in float32) or "off" (Keras'
-        layers one by one). Training never fuses. Not saved with the model."""
+        are faster: LayerNorm/GroupNorm models computing in float32 on TensorFlow without XLA,
+        i.e. `jit_compile` off, the default on a CPU), "on" (always; a ValueError for a model
+        that does not compute in float32) or "off" (Keras' layers one by one). Training never
+        fuses. Not saved with the model. Inside another model compiled with
+        `jit_compile=True` on a CPU, set it to "off" (or compile this model with XLA too):
+        XLA has no kernel for the fused statistics' `EuclideanNorm`."""
         return self.__dict__.get("_fused_inference", "auto")
 
     @fused_inference.setter
@@ -305,9 +308,11 @@ class EfficientNet(keras.Model):
             raise ValueError(
                 f"fused inference: {self.name} computes in {compute_dtype}; fuse a float32 copy "
                 "(keras_efficientnet.training.export.inference_model(model))")
+        # "auto": where the norms are most of the time and nothing fuses them already
+        # (BatchNorm folds into the convs; XLA, on with `jit_compile`, fuses element-wise ops).
         return setting == "on" or (
             keras.backend.backend() == "tensorflow" and compute_dtype == "float32"
-            and self._config["norm"] != "batch")  # BatchNorm already folds into the convs
+            and self._config["norm"] != "batch" and not self.jit_compile)
 
     def fused_call(self, inputs, portable: bool = False):
         """The inference forward pass with each layer in its fused form (`layers/fusion.py`):
@@ -360,7 +365,8 @@ class EfficientNet(keras.Model):
         `fused_inference` chooses it; `fused=True` or `False` decides for this call."""
         self._check_images(inputs)  # stateless calls (JAX training) come straight here
         if not training and (self.fuses() if fused is None else fused):
-            return self.fused_call(inputs)
+            # XLA has no EuclideanNorm: under `jit_compile` the portable statistics.
+            return self.fused_call(inputs, portable=bool(self.jit_compile))
         return super().call(inputs, training=training, mask=mask, **kwargs)
 
     # Boundaries: "stem" and "head" plus one entry per MBConv block, in forward order.

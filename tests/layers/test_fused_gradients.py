@@ -1,7 +1,7 @@
 """The hand-written norm gradients (layers/fused_gradients.py) against TensorFlow's autodiff of
 the op-by-op formulas: Keras' own GroupNormalization and Proxy Norm written out."""
 
-import sys
+import importlib
 
 import keras
 import numpy as np
@@ -12,7 +12,8 @@ from keras_efficientnet.layers import fused_gradients
 
 pytestmark = pytest.mark.tf_only
 
-normalization = sys.modules["keras_efficientnet.layers.normalization"]
+# The module (the layers package's `normalization` attribute is the factory function).
+normalization = importlib.import_module("keras_efficientnet.layers.normalization")
 
 
 def op_by_op_proxy_swish(layer, y):

@@ -279,3 +279,16 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
     assert predict.main(["predict", f"--model_file={tmp_path / 'model.keras'}", str(paths[0]),
                          "--serving=fast"]) == 2
     assert "--serving" in capsys.readouterr().err
+
+
+def test_under_xla_auto_keeps_keras_layers_and_on_fuses_with_portable_ops(fused_calls):
+    """XLA (`jit_compile=True`, Keras' default on a GPU) has no EuclideanNorm: "auto" leaves
+    the fusing to XLA, and "on" compiles the fused pass with the portable statistics."""
+    model = perturbed_model("g16-lnpn", classifier_activation=None)
+    x = images()
+    expected = keras.ops.convert_to_numpy(model(x, fused=False))
+    model.compile(jit_compile=True)
+    assert not model.fuses()
+    model.fused_inference = "on"
+    close_to(model.predict_on_batch(x), expected)
+    assert fused_calls
