@@ -98,6 +98,22 @@ def test_the_registering_modules_are_every_module_that_registers_a_class():
     assert registering == set(registration.REGISTERING_MODULES)
 
 
+def test_the_package_loads_saved_models_through_registration():
+    """No hook: Keras finds our classes in a fresh process only after `register()`, so every
+    load in the package goes through `registration.load_model` (which registers first)."""
+    import ast
+
+    def loads_bare(path) -> bool:
+        return any(isinstance(node, ast.Call) and ast.unparse(node.func) in (
+            "keras.models.load_model", "keras.saving.load_model")
+            for node in ast.walk(ast.parse(path.read_text())))
+
+    bare = [str(path.relative_to(REPO)) for path in PACKAGE.rglob("*.py")
+            if path.name != "registration.py" and loads_bare(path)]
+    assert bare == []
+    assert loads_bare(PACKAGE / "registration.py")  # the check sees such a call
+
+
 def test_the_layers_package_names_the_normalization_function_not_its_module():
     import importlib
 

@@ -77,7 +77,9 @@ def warm_start(model, config) -> str:
         pretrained.load_weights(model, source)  # logs a newly initialized classifier
         return f"{source} (keras.applications' EfficientNet weights)"
     if source.endswith(".keras"):
-        donor = keras.models.load_model(source, compile=False)
+        from keras_efficientnet.registration import load_model
+
+        donor = load_model(source, compile=False)
     else:  # a run's .weights.h5: the same preset and classes
         donor = keras.models.clone_model(model)
         try:
