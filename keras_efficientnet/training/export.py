@@ -87,7 +87,8 @@ def save_model(model: keras.Model, model_dir: str | os.PathLike,
                class_names: tuple[str, ...] | None = None) -> Path:
     """Writes `<model_dir>/model.keras` (and `class_names.json` when the names are known).
 
-    `keras.models.load_model` reads it in any process that has run `import keras_efficientnet`;
+    `keras_efficientnet.load_model` reads it in any process (or `keras.models.load_model` after
+    `keras_efficientnet.register()`);
     `keras-efficientnet-predict --model_file=<model_dir>/model.keras IMAGE...` uses both.
     """
     model_dir = Path(model_dir)

@@ -93,7 +93,7 @@ import keras_efficientnet as ke
 args = json.loads(sys.argv[1])
 out = {}
 images = np.asarray(args["images"], "uint8")
-model = keras.models.load_model(args["model_file"], safe_mode=True)
+model = ke.load_model(args["model_file"], safe_mode=True)  # registers our classes first
 out["model_probabilities"] = model.predict(images, verbose=0).tolist()
 serving = tf.saved_model.load(args["export_dir"]).signatures["serving_default"]
 spec = serving.structured_input_signature[1]
@@ -102,11 +102,12 @@ out["signature"] = [spec.dtype.name, list(spec.shape)]
 out["saved_model_probabilities"] = next(iter(serving(**{key: tf.constant(images)}).values())
                                         ).numpy().tolist()
 out["optimizers"] = {}
+ke.register()  # the documented way before a bare keras.models.load_model
 for name, path in args["optimizer_models"].items():
     loaded = keras.models.load_model(path, safe_mode=True)
     out["optimizers"][name] = [type(loaded.optimizer).__name__,
                                type(loaded.optimizer._learning_rate).__name__]
-# Every public layer, model, optimizer and schedule is registered by the package import alone.
+# Every public layer, model, optimizer and schedule is registered after ke.register().
 kinds = (keras.layers.Layer, keras.optimizers.Optimizer,
          keras.optimizers.schedules.LearningRateSchedule)
 public = [getattr(module, name) for module in (ke, ke.layers, ke.models, ke.optimizers)
