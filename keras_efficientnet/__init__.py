@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 # Resolved on first use by `__getattr__`.
 _EXPORTS = {
     **{name: (f"keras_efficientnet.{name}", None) for name in (
-        "layers", "models", "optimizers", "datasets", "training", "distribute", "cli")},
+        "layers", "models", "optimizers", "datasets", "training", "distribute", "cli", "runs")},
     "EfficientNet": ("keras_efficientnet.models.efficientnet", "EfficientNet"),
     "count_macs": ("keras_efficientnet.models.macs", "count_macs"),
     "decode_predictions": ("keras_efficientnet.models.imagenet_classes", "decode_predictions"),
@@ -28,6 +28,7 @@ _EXPORTS = {
     "list_recipes": ("keras_efficientnet.recipes", "list_recipes"),
     "load_model": ("keras_efficientnet.registration", "load_model"),
     "register": ("keras_efficientnet.registration", "register"),
+    "open_run": ("keras_efficientnet.runs.run", "open_run"),
 }
 
 __all__ = [*_EXPORTS]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import os
 import warnings
 
 import keras
@@ -420,13 +421,25 @@ class EfficientNet(keras.Model):
 
     @classmethod
     def from_preset(cls, preset: str, **overrides) -> EfficientNet:
-        """Builds a named architecture, e.g. "efficientnet-b4-g16-lnpn"; see `list_presets()`.
+        """Builds a named architecture, e.g. "efficientnet-b4-g16-lnpn"; see `list_presets()`;
+        or a run directory of this project `RUN[:final|best|average|latest]` (default final):
+        its architecture, classes and test resolution from its config.json, with those weights
+        (verified; `keras_efficientnet.runs.weights`).
 
         `overrides` replace or add constructor arguments, e.g. `input_shape=(64, 64, 3)`,
         `classes=10` or `weights="imagenet"` (G1-BN presets only).
         """
-        from keras_efficientnet.models.presets import preset_config
+        from keras_efficientnet.models.presets import PRESETS, preset_config
 
+        if preset not in PRESETS and os.path.isdir(str(preset).rpartition(":")[0] or preset):
+            # A run is a preset too: its record names the preset, classes and resolution.
+            from keras_efficientnet.runs import weights
+
+            path, choice = weights.split_choice(str(preset))
+            resolved, name, arguments = weights.run_preset(path, choice or "final")
+            model = cls.from_preset(name, **{**arguments, **overrides})
+            weights.load(resolved, model, named=f"preset {preset!r}")
+            return model
         return cls(**{**preset_config(preset), **overrides})
 
     def get_config(self):

@@ -30,29 +30,27 @@ from keras_efficientnet import atomic
 from keras_efficientnet.atomic import fsync_directory as _fsync_dir
 from keras_efficientnet.atomic import write_atomically
 
+# Every file name of a checkpoint folder and of `checkpoints/` is the run record's.
+from keras_efficientnet.runs.record import (
+    AVERAGE,
+    BEST_CHECKPOINT,
+    DAMAGED,
+    LATEST,
+    MANIFEST,
+    OPTIMIZER,
+    RNG,
+    STATE,
+    TEMPORARY,
+    WEIGHTS,
+    CheckpointState,
+)
+from keras_efficientnet.runs.record import CHECKPOINT_PREFIX as PREFIX
+from keras_efficientnet.runs.record import METRIC_SUMS as METRICS
+
 log = logging.getLogger("keras_efficientnet")
 
-LATEST = "LATEST"
-PREFIX = "epoch-"
-WEIGHTS = "model.weights.h5"
-OPTIMIZER = "optimizer.npz"
-AVERAGE = "average.npz"
-# Model variables outside the weights file: the random-number generators' states (Keras'
-# `SeedGenerator`s of dropout and stochastic depth), so that a resumed run draws the same masks.
-RNG = "rng.npz"
-# The running sums of the loss and metrics mid-epoch, so that a resumed epoch reports the same
-# mean as the uninterrupted one.
-METRICS = "metrics.npz"
-STATE = "state.json"
-# Written last: every other file's name, size and SHA-256, and epoch, batch and health.
-MANIFEST = "manifest.json"
 # The copy of the best-validated checkpoint (never rotated away, never resumed from).
-BEST = "best"
-# Where a resume moves checkpoints that fail verification (never deleted).
-DAMAGED = "damaged"
-# Left by interrupted saves: the temporary folder, a replaced folder on its way out, and the
-# temporary file of the LATEST pointer.
-TEMPORARY = (".tmp-", ".trash-", f".{LATEST}.")
+BEST = BEST_CHECKPOINT
 _NAME = re.compile(rf"^{PREFIX}(\d+)(?:-batch-(\d+))?$")
 
 
@@ -388,9 +386,11 @@ class CheckpointManager:
                 _save_arrays(tmp / RNG, [to_numpy(v) for v in rng])
             if metrics:
                 _save_arrays(tmp / METRICS, [to_numpy(v) for v in metrics])
+            record = CheckpointState.from_dict(
+                {**(state or {}), "epoch": epoch, "batch": batch, "healthy": healthy,
+                 "version": CheckpointState.VERSION}, final / STATE)
             with open(tmp / STATE, "w") as f:
-                json.dump({"epoch": epoch, "batch": batch, "healthy": healthy, **(state or {})},
-                          f, indent=2, sort_keys=True)
+                f.write(record.to_json())
                 f.flush()
                 os.fsync(f.fileno())
             write_manifest(tmp, epoch, batch, healthy)  # last: it describes the rest
@@ -471,8 +471,11 @@ class CheckpointManager:
 
     @staticmethod
     def read_state(path: str | os.PathLike) -> dict:
-        with open(Path(path) / STATE) as f:
-            return json.load(f)
+        """The checkpoint's `CheckpointState` as a dict (older versions migrated);
+        `record.RecordError` naming the file and field when it cannot be read."""
+        state = CheckpointState.read(Path(path) / STATE, missing_ok=False).to_dict()
+        del state["version"]
+        return state
 
     @staticmethod
     def restore(path: str | os.PathLike, model, optimizer=None) -> dict:
@@ -490,7 +493,6 @@ class CheckpointManager:
             _assign(optimizer.variables, _load_arrays(path / OPTIMIZER), "optimizer variables",
                     path / OPTIMIZER)
         state = CheckpointManager.read_state(path)
-        state.setdefault("batch", 0)
         if (path / AVERAGE).is_file():
             state["average"] = _load_arrays(path / AVERAGE)
         if (path / METRICS).is_file():

@@ -60,8 +60,9 @@ class TrainConfig:
                     "Architecture preset (see keras_efficientnet.models.PRESETS).")
     weights: str = _f("", "Start training from these weights: 'imagenet' (keras.applications' "
                           "ImageNet weights, G1-BN presets), a run's model.keras or "
-                          ".weights.h5 (any preset, the same one), or a keras.applications "
-                          ".h5 file. Another class count gets a new classifier. Empty = random.")
+                          ".weights.h5 (any preset, the same one), a keras.applications "
+                          ".h5 file, a checkpoint folder or RUN[:final|best|average|latest]. "
+                          "Another class count gets a new classifier. Empty = random.")
     dropout_rate: float = _f(-1.0, "Dropout before the classifier; -1 keeps the variant's.")
     drop_connect_rate: float = _f(0.2, "Stochastic depth of the last block.")
 
@@ -170,8 +171,10 @@ class TrainConfig:
     finetune_warmup_epochs: float = _f(
         5.0, "Fine-tune linear warm-up in epochs, over a cosine counted from step 0 (Graphcore's "
              "5 outlast its 2 epochs: the rate rises, then falls to 0).")
-    init_checkpoint: str = _f("", "Weights (.weights.h5 or checkpoint folder) to fine-tune or "
-                                  "evaluate; empty = model_dir's latest.")
+    init_checkpoint: str = _f("", "Weights to fine-tune or evaluate: a .keras, .weights.h5 or "
+                                  "keras.applications .h5 file, a checkpoint folder, or "
+                                  "RUN[:final|best|average|latest] (a run alone: its latest "
+                                  "checkpoint's weight average); empty = model_dir's.")
     evaluate_weights: str = _f(
         "final", "--mode=evaluate --model_dir=RUN scores: final = RUN/model.keras (what the "
                  "run shipped; the checkpoints when the run wrote none), best = "
@@ -266,9 +269,11 @@ def validate(config: TrainConfig) -> None:
     _check_model(config.model)
     _check_dataset(config.dataset)
     _check_ranges(config)
+    from keras_efficientnet.runs import weights
     from keras_efficientnet.training.warm_start import check_weights_flag
 
     check_weights_flag(config.weights)
+    weights.check(config.init_checkpoint, "--init_checkpoint")
     _check_run(config)
     # The plan's own rules (strategy, replicas and stages together) and its split names.
     config.plan.check_block_names(preset_block_names(config.model), config.model)

@@ -22,13 +22,12 @@ from keras_efficientnet.atomic import (
     write_atomically,
     write_error,
 )
+from keras_efficientnet.runs.record import CLASS_NAMES as CLASS_NAMES_FILE
+from keras_efficientnet.runs.record import MODEL as MODEL_FILE
 from keras_efficientnet.training.checkpoint import nbytes
 from keras_efficientnet.training.run_dir import EXPORT_MARK, check_export_dir
 
 log = logging.getLogger("keras_efficientnet")
-
-MODEL_FILE = "model.keras"
-CLASS_NAMES_FILE = "class_names.json"
 
 
 @contextlib.contextmanager

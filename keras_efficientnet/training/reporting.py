@@ -15,7 +15,6 @@ import keras
 # Both continue across resumes, so that accuracy can be drawn against time (benchmarks).
 COLUMNS = ("epoch", "loss", "top1", "top5", "val_loss", "val_top1", "val_top5",
            "learning_rate", "train_seconds", "wall_seconds")
-METRICS_FILE = "metrics.csv"
 
 
 class MetricsCSV(keras.callbacks.Callback):

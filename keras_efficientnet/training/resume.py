@@ -8,11 +8,11 @@ from pathlib import Path
 
 import keras
 
+from keras_efficientnet.runs import weights as weights_lib
+from keras_efficientnet.runs.record import RunFiles
 from keras_efficientnet.training.builders import use_one_hot
-from keras_efficientnet.training.checkpoint import WEIGHTS, CheckpointManager
+from keras_efficientnet.training.checkpoint import CheckpointManager
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
-from keras_efficientnet.training.evaluation import load_model_file
-from keras_efficientnet.training.optimizer_state import SlotAverage
 
 
 def check_architecture(saved: dict, config: TrainConfig, where: Path) -> None:
@@ -40,48 +40,40 @@ def resume_point(config: TrainConfig, manager: CheckpointManager, num_classes: i
     if latest is None:
         return None
     saved = CheckpointManager.read_state(latest)
-    check_architecture(saved["config"], config, latest)
+    check_architecture(saved["config"] or {}, config, latest)
     check_classes(saved, num_classes, config, latest)
     return latest
 
 
 def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = True,
-                     slots: list | None = None) -> str:
-    """Loads --init_checkpoint, else model_dir's latest good checkpoint (averaged weights
-    first). `slots`, a list, receives the optimizer slots averaged with those weights."""
-    source = config.init_checkpoint or ""
-    if not source:
-        latest = CheckpointManager(Path(config.model_dir) / "checkpoints").resume_point(
-            move_damaged=False)
-        if latest is None:
+                     slots: list | None = None, choice: str | None = None) -> str:
+    """Loads --init_checkpoint (any form of `runs.weights`; a run directory given without a
+    choice: its newest intact checkpoint), else model_dir's weights by `choice` (default:
+    its newest intact checkpoint's weight average, or with `averaged=False` its raw weights);
+    returns what was loaded. Every form goes through `runs.weights.resolve`'s verification, and
+    a checkpoint's architecture and classes are checked against the config. `slots`, a list,
+    receives the optimizer slots averaged with those weights."""
+    default = choice or ("average" if averaged else "latest")
+    if config.init_checkpoint:
+        spec, flag = config.init_checkpoint, "--init_checkpoint"
+    else:
+        files = RunFiles(config.model_dir)
+        needs_checkpoint = default in ("average", "latest") or (
+            default == "final" and not files.model.is_file())
+        if needs_checkpoint and not CheckpointManager(files.checkpoints).all():
             raise ValueError(
                 f"--mode={config.mode} needs trained weights: no checkpoint in "
-                f"{Path(config.model_dir) / 'checkpoints'} and no --init_checkpoint given")
-        source = str(latest)
-    path = Path(source)
-    if path.is_dir() and (path / "checkpoints").is_dir():  # a run directory: its latest
-        latest = CheckpointManager(path / "checkpoints").resume_point(move_damaged=False)
-        if latest is None:
-            raise ValueError(f"--init_checkpoint={source!r} is a run directory without a "
-                             "checkpoint; give its model.keras or a checkpoint folder")
-        path = latest
-    if path.is_dir():
-        saved = CheckpointManager.read_state(path)
-        check_architecture(saved["config"], config, path)
-        check_classes(saved, model.output_shape[-1], config, path)
-        state = CheckpointManager.restore(path, model)
-        if averaged and state.get("average") is not None:
-            average = SlotAverage(0.0, state["average"])
-            model.set_weights(average.weights_like(model))
-            if slots is not None:
-                slots.extend(average.slots(model) or ())
-            return f"{path} (weight average)"
-        return str(path)
-    if not path.is_file():
-        raise ValueError(f"--init_checkpoint={source!r} is neither a checkpoint folder nor a "
-                         f"{WEIGHTS!r}-style weights file")
-    load_model_file(model, path, config, named=f"--init_checkpoint={source!r}")
-    return str(path)
+                f"{files.checkpoints} and no --init_checkpoint given")
+        spec, flag = config.model_dir, "--model_dir"
+    weights = weights_lib.resolve(spec, flag=flag, default=default)
+    if weights.kind == "checkpoint":
+        saved = weights_lib.checkpoint_state(weights)
+        check_architecture(saved.config or {}, config, weights.path)
+        check_classes({"num_classes": saved.num_classes or model.output_shape[-1]},
+                      model.output_shape[-1], config, weights.path)
+    named = f"{flag}={spec!r}" if flag == "--init_checkpoint" else str(weights.path)
+    return weights_lib.load(weights, model, named=named, target=f"--model={config.model}",
+                            slots=slots)
 
 
 def build_metrics(model: keras.Model, config: TrainConfig, resolution: int,

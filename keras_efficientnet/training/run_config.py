@@ -9,12 +9,10 @@ resolutions as resolved (0 = native becomes the number).
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
-from keras_efficientnet.atomic import write_atomically
+from keras_efficientnet.runs.record import RecordError, RunConfig, RunFiles
 
-RUN_CONFIG_FILE = "config.json"
 # Fields an evaluation keeps from its own command line: what to do, where, which weights, and
 # how much it prints. Every other field comes from the run unless the command line gives it.
 OWN_FIELDS = ("mode", "model_dir", "resume", "init_checkpoint", "evaluate_weights", "verbose",
@@ -22,18 +20,17 @@ OWN_FIELDS = ("mode", "model_dir", "resume", "init_checkpoint", "evaluate_weight
 
 
 def run_config_path(model_dir: str | Path) -> Path:
-    return Path(model_dir) / RUN_CONFIG_FILE
+    return RunFiles(model_dir).config
 
 
 def write_run_config(config, *, num_classes: int, class_names, train_resolution: int,
                      test_resolution: int) -> Path:
     """Writes `<model_dir>/config.json`; returns its path."""
-    record = {"config": config.to_dict(), "num_classes": int(num_classes),
-              "class_names": list(class_names) if class_names else None,
-              "train_resolution": int(train_resolution),
-              "test_resolution": int(test_resolution)}
-    path = run_config_path(config.model_dir)
-    return write_atomically(path, json.dumps(record, indent=1) + "\n")
+    record = RunConfig(config=config.to_dict(), num_classes=int(num_classes),
+                       class_names=list(class_names) if class_names else None,
+                       train_resolution=int(train_resolution),
+                       test_resolution=int(test_resolution))
+    return record.write(run_config_path(config.model_dir))
 
 
 def read_run_config(model_dir: str | Path) -> dict | None:
@@ -43,13 +40,11 @@ def read_run_config(model_dir: str | Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a run configuration ({error}); delete it, or give the "
-                         "model, dataset and resolution flags") from None
-    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
-        raise ValueError(f"{path}: not a run configuration (no 'config' object)")
-    return record
+        record = RunConfig.read(path)
+    except RecordError as error:
+        raise RecordError(f"{error}; delete it, or give the model, dataset and resolution "
+                          "flags") from None
+    return dataclasses.asdict(record)
 
 
 def evaluation_config(config, given: set[str]):

@@ -37,26 +37,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from keras_efficientnet import atomic
+from keras_efficientnet.runs import record
+from keras_efficientnet.runs.record import CHECKPOINTS, LOCK, PREVIOUS, RUN_ENTRIES
 from keras_efficientnet.training.modes import MODE_TABLE
 
 log = logging.getLogger("keras_efficientnet")
 
-LOCK = "run.lock"
-PREVIOUS = "previous"
-CHECKPOINTS = "checkpoints"
-# What a run writes into its model_dir (glob patterns): a fresh run moves these aside.
-RUN_ENTRIES = (CHECKPOINTS, "logs", "results*.json", "*.weights.h5", "*.keras", "config.json",
-               "metrics.csv", "class_names.json", "best.json")
+# LOCK, PREVIOUS, CHECKPOINTS and RUN_ENTRIES (what a fresh run moves aside) are the run
+# record's: runs/record.py owns every file name of a run.
+
+
+def results_name(mode: str) -> str:
+    """`results.json` for a mode that trains; `results-<mode>.json` for evaluate and finetune,
+    which work on an earlier run's weights and must not overwrite its results."""
+    return record.results_name(mode, MODE_TABLE[mode].trains)
 
 
 class RunDirError(ValueError):
     """The model_dir cannot be used: not a writable directory, or owned by another run."""
-
-
-def results_name(mode: str) -> str:
-    """`results.json` for a run that trains from scratch; `results-<mode>.json` for evaluate and
-    finetune, which work on an earlier run's weights and must not overwrite its results."""
-    return "results.json" if MODE_TABLE[mode].trains else f"results-{mode}.json"
 
 
 def check_model_dir(model_dir: str | os.PathLike) -> Path:
@@ -346,7 +344,7 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
     path = check_model_dir(config.model_dir)
     if getattr(config, "export_dir", ""):
         check_export_dir(config.export_dir)
-    for entry in (CHECKPOINTS, "logs"):  # written into: never through a link
+    for entry in (CHECKPOINTS, record.LOGS):  # written into: never through a link
         atomic.check_directory(path / entry)
     if MODE_TABLE[config.mode].scores_only:  # reads the run directory only: no lock
         yield RunDir(path)

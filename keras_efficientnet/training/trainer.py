@@ -14,6 +14,7 @@ from pathlib import Path
 
 import keras
 
+from keras_efficientnet.runs.record import RunFiles
 from keras_efficientnet.training.builders import (
     build_datasets,
     build_model,
@@ -51,7 +52,7 @@ from keras_efficientnet.training.finetune import (
 from keras_efficientnet.training.modes import MODE_TABLE
 from keras_efficientnet.training.optimizer_state import SlotAverage, read_slots
 from keras_efficientnet.training.preemption import SignalWatch
-from keras_efficientnet.training.reporting import METRICS_FILE, MetricsCSV
+from keras_efficientnet.training.reporting import MetricsCSV
 from keras_efficientnet.training.results import write_results
 from keras_efficientnet.training.resume import (
     build_metrics,
@@ -210,7 +211,7 @@ class _Run:
                             finetune_global_batch_size=info["global_batch_size"],
                             finetune_images_per_second=info["images_per_second"], **after)
         if runtime.is_chief:
-            save_weights_atomically(tuned, Path(config.model_dir) / "finetuned.weights.h5")
+            save_weights_atomically(tuned, RunFiles(config.model_dir).finetuned_weights)
             # It competes for best.keras with the training phase's validations.
             self.results["best"] = finetuned_competes(config, tuned, after)
         return tuned
@@ -238,7 +239,7 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     train_res, _ = resolutions(config)
     updates = plan.updates_per_epoch(train_examples, config.updates_per_epoch)
     step_calls = plan.step_calls_per_epoch(updates)
-    manager = CheckpointManager(Path(config.model_dir) / "checkpoints", config.keep_checkpoints)
+    manager = CheckpointManager(RunFiles(config.model_dir).checkpoints, config.keep_checkpoints)
     latest = resume_point(config, manager, num_classes, runtime.is_chief)
     keras.utils.set_random_seed(config.seed)
     model, state = _model_to_train(config, runtime, train_res, num_classes, updates, latest)
@@ -320,7 +321,7 @@ def _tensorboard(config: TrainConfig, runtime) -> list:
     """TensorBoard's callback on the chief (per-epoch logs in model_dir/logs)."""
     if not runtime.is_chief:
         return []
-    return [keras.callbacks.TensorBoard(str(Path(config.model_dir) / "logs"),
+    return [keras.callbacks.TensorBoard(str(RunFiles(config.model_dir).logs),
                                         update_freq="epoch")]
 
 
@@ -328,7 +329,7 @@ def _metrics_csv(config: TrainConfig, runtime) -> list:
     """metrics.csv on the chief: one row per epoch (training/reporting.py)."""
     if not runtime.is_chief:
         return []
-    return [MetricsCSV(Path(config.model_dir) / METRICS_FILE)]
+    return [MetricsCSV(RunFiles(config.model_dir).metrics)]
 
 
 def _fit_epochs(runtime, model: keras.Model, make_dataset, *, epochs: int, step_calls: int,

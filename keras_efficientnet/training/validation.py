@@ -5,9 +5,13 @@ the latest weights), at the test resolution, bounded by `--eval_steps`.
 After a fine-tune, the fine-tuned model's evaluation (the same split, resolution and steps)
 competes too (`finetuned_competes`; best.json's `phase` says which phase won).
 
-The best validated weights are kept as `<model_dir>/best.keras` (record: best.json), and the
-epoch's checkpoint, once written, is copied to `checkpoints/best` (`saved`; never rotated away,
-never resumed from; best.json names it and which of its files hold the scored weights).
+The best validated weights are kept as `<model_dir>/best.keras` (record: best.json, a
+`record.BestRecord`), and the epoch's checkpoint, once written, is copied to `checkpoints/best`
+(never rotated away, never resumed from; best.json names it and which of its files hold the
+scored weights). Both files and the record are written only once the epoch's checkpoint is
+(`saved`), in that order: the copy, best.keras, then best.json last, so best.json never names an
+epoch whose copy is not complete. Paths in best.json are relative to the run. An unreadable
+best.json stops the run with one line (it is never taken for "no best yet").
 `Validation` is called by the checkpointer at an epoch's end, after it updates the weight
 average and before it records the epoch, so `val_top1`, `val_top5` and `val_loss` reach the
 epoch line, the history in checkpoints and results.json, TensorBoard's `validation` run (Keras
@@ -16,7 +20,7 @@ writes `val_*` logs there) and metrics.csv.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -24,21 +28,34 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_efficientnet.atomic import write_atomically
+from keras_efficientnet.runs.record import BEST_MODEL as BEST_MODEL_FILE
+from keras_efficientnet.runs.record import BestRecord, RecordError, RunFiles
 
 log = logging.getLogger("keras_efficientnet")
 
-BEST_MODEL_FILE = "best.keras"  # beside model.keras: the best validated weights
-BEST_RECORD_FILE = "best.json"  # which epoch that was, its scores and which weights
+# Which files of checkpoints/best hold the weights a validation scored.
+SCORED_FILES = {
+    "the weight average": "average.npz (the weight average; model.weights.h5 holds the raw "
+                          "weights)",
+    "EMA": "optimizer.npz (the optimizer's EMA variables; model.weights.h5 holds the raw "
+           "weights)"}
 
 
 def read_best(model_dir) -> dict | None:
-    """The best validation so far of the run in `model_dir` (best.json), or None."""
-    path = Path(model_dir) / BEST_RECORD_FILE
+    """The best validation so far of the run in `model_dir` (best.json), or None when there is
+    none. An unreadable record raises `record.RecordError` (one line naming the file): taken
+    for "no best yet", a worse model would replace best.keras."""
+    path = RunFiles(model_dir).best_record
     try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None  # rewritten at the next improvement
+        best = BestRecord.read(path)
+    except RecordError as error:
+        raise RecordError(f"{error} (best.json records the run's best validation; remove it "
+                          "and best.keras to start the record afresh)") from None
+    if best is None:
+        return None
+    record = best.to_dict()
+    del record["version"]
+    return record
 
 
 def shipping_weights(model: keras.Model, average) -> tuple[list, str]:
@@ -66,7 +83,7 @@ class Validation:
         # The chief keeps the best validated model (a resumed run continues the record).
         self.model_dir = Path(config.model_dir)
         self.best = read_best(self.model_dir)
-        self._pending = False  # a new best whose checkpoint is not written yet
+        self._pending = None  # a new best's model, until the epoch's checkpoint is written
         self._check_best_checkpoint()
 
     def _check_best_checkpoint(self) -> None:
@@ -76,12 +93,14 @@ class Validation:
             return
         from keras_efficientnet.training.checkpoint import CheckpointManager
 
-        manager = CheckpointManager(Path(self.best["checkpoint"]).parent)
+        files = RunFiles(self.model_dir)
+        manager = CheckpointManager(files.checkpoints)
         problem = manager.verify_best(self.best["epoch"])
         if problem:
-            log.warning("the best checkpoint %s cannot be trusted: %s; best.keras stands, and "
-                        "the next better validation replaces both", self.best["checkpoint"],
-                        problem)
+            log.warning("the best checkpoint %s does not match %s (epoch %d): %s; trusting "
+                        "best.json and best.keras, and the next better validation replaces "
+                        "all three", files.best_checkpoint, files.best_record,
+                        self.best["epoch"], problem)
 
     def due(self, epoch: int) -> bool:
         return self.every > 0 and (epoch + 1) % self.every == 0
@@ -128,34 +147,38 @@ class Validation:
         return {f"val_{name}": value for name, value in scores.items()}
 
     def _keep_best(self, epoch: int, scores: dict, which: str) -> None:
-        """Writes best.keras (the copy with a softmax head, as model.keras) and best.json."""
-        from keras_efficientnet.training.export import _save_keras_atomically, inference_model
+        """Holds the new best (the copy with a softmax head, as model.keras, and its record)
+        until the epoch's checkpoint is written (`saved`)."""
+        from keras_efficientnet.training.export import inference_model
 
-        path = _save_keras_atomically(inference_model(self._copy),
-                                      self.model_dir / BEST_MODEL_FILE)
-        self.best = {"phase": "train", "epoch": epoch + 1, "val_top1": scores["top1"],
-                     "val_top5": scores["top5"], "val_loss": scores["loss"], "weights": which,
-                     "file": str(path)}
-        self._pending = True
-        write_atomically(self.model_dir / BEST_RECORD_FILE, json.dumps(self.best, indent=1))
-        log.info("best validation top-1 so far (%.4f, epoch %d): wrote %s", scores["top1"],
-                 epoch + 1, path)
+        self.best = BestRecord(phase="train", epoch=epoch + 1, val_top1=scores["top1"],
+                               val_top5=scores["top5"], val_loss=scores["loss"], weights=which,
+                               file=BEST_MODEL_FILE).to_dict()
+        del self.best["version"]
+        self._pending = inference_model(self._copy)
+        log.info("best validation top-1 so far (%.4f, epoch %d)", scores["top1"], epoch + 1)
 
     def saved(self, manager, checkpoint) -> None:
-        """Called once the epoch's checkpoint is written: after a new best, copies it to
-        checkpoints/best and names it in best.json with the file holding the scored weights."""
-        if not self._pending or manager is None or checkpoint is None:
+        """Called once the epoch's checkpoint is written (None when this process writes
+        none): after a new best, copies it to checkpoints/best, writes best.keras, and then
+        best.json naming both and the file holding the scored weights."""
+        if self._pending is None:
             return
-        self._pending = False
-        kept = manager.keep_best(checkpoint)
-        files = {"the weight average": "average.npz (the weight average; model.weights.h5 "
-                                       "holds the raw weights)",
-                 "EMA": "optimizer.npz (the optimizer's EMA variables; model.weights.h5 holds "
-                        "the raw weights)"}
-        self.best.update(checkpoint=str(kept), checkpoint_of=Path(checkpoint).name,
-                         scored_weights=files.get(self.best["weights"], "model.weights.h5"))
-        write_atomically(self.model_dir / BEST_RECORD_FILE, json.dumps(self.best, indent=1))
-        log.info("kept %s as %s", checkpoint, kept)
+        from keras_efficientnet.training.export import _save_keras_atomically
+
+        files = RunFiles(self.model_dir)
+        best = BestRecord(**self.best)
+        if manager is not None and checkpoint is not None:
+            kept = manager.keep_best(checkpoint)
+            best = dataclasses.replace(
+                best, checkpoint=files.relative(kept), checkpoint_of=Path(checkpoint).name,
+                scored_weights=SCORED_FILES.get(best.weights, "model.weights.h5"))
+            log.info("kept %s as %s", checkpoint, kept)
+        path = _save_keras_atomically(self._pending, files.best_model)
+        self._pending = None
+        best.write(files.best_record)  # last: it names the copy and the model above
+        self.best = {k: v for k, v in best.to_dict().items() if k != "version"}
+        log.info("wrote %s and %s", path, files.best_record)
 
 
 def finetuned_competes(config, model: keras.Model, scores: dict) -> dict | None:
@@ -165,21 +188,22 @@ def finetuned_competes(config, model: keras.Model, scores: dict) -> dict | None:
     Returns the record in best.json afterwards."""
     from keras_efficientnet.training.export import _save_keras_atomically, inference_model
 
-    model_dir = Path(config.model_dir)
-    best = read_best(model_dir)
+    files = RunFiles(config.model_dir)
+    best = read_best(files.root)
     if best is not None and scores["top1"] <= best["val_top1"]:
         log.info("the fine-tuned model (top-1 %.4f) does not beat the best validation (%.4f, "
                  "%s phase): best.keras stays", scores["top1"], best["val_top1"],
                  best.get("phase", "train"))
         return best
-    path = _save_keras_atomically(inference_model(model), model_dir / BEST_MODEL_FILE)
-    record = {"phase": "finetune", "epoch": config.epochs,
-              "finetune_epochs": config.finetune_epochs, "val_top1": scores["top1"],
-              "val_top5": scores["top5"], "val_loss": scores["loss"],
-              "weights": "the fine-tuned model", "file": str(path), "checkpoint": None,
-              "scored_weights": "finetuned.weights.h5 (the fine-tune writes no checkpoints; "
-                                "checkpoints/best holds the training phase's best)"}
-    write_atomically(model_dir / BEST_RECORD_FILE, json.dumps(record, indent=1))
+    path = _save_keras_atomically(inference_model(model), files.best_model)
+    record = BestRecord(
+        phase="finetune", epoch=config.epochs, finetune_epochs=config.finetune_epochs,
+        val_top1=scores["top1"], val_top5=scores["top5"], val_loss=scores["loss"],
+        weights="the fine-tuned model", file=BEST_MODEL_FILE, checkpoint=None,
+        scored_weights=f"{files.finetuned_weights.name} (the fine-tune writes no checkpoints; "
+                       f"{files.relative(files.best_checkpoint)} holds the training phase's "
+                       "best)")
+    record.write(files.best_record)
     log.info("the fine-tuned model is the best so far (top-1 %.4f): wrote %s", scores["top1"],
              path)
-    return record
+    return {k: v for k, v in record.to_dict().items() if k != "version"}

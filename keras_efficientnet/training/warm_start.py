@@ -1,8 +1,9 @@
-"""`--weights=imagenet|PATH`: a new training run starts from pretrained weights.
+"""`--weights=imagenet|PATH|RUN[:choice]`: a new training run starts from pretrained weights.
 
-`imagenet` (or a keras.applications EfficientNet `.h5`) loads keras.applications' ImageNet
-weights into the G1-BN presets (`models.pretrained`); a `.keras` or `.weights.h5` left by any
-run of ours loads into the same preset. Where the class counts differ the classifier stays newly
+The argument is any form of `runs.weights` (resolved and verified there). `imagenet` (or a
+keras.applications EfficientNet `.h5`) loads keras.applications' ImageNet weights into the G1-BN
+presets (`models.pretrained`); a `.keras`, `.weights.h5`, checkpoint folder or run of ours loads
+into the same preset. Where the class counts differ the classifier stays newly
 initialized (logged) and every other variable loads by its path; a file that does not fit fails
 in one line naming the preset it holds and the one asked for.
 """
@@ -10,8 +11,9 @@ in one line naming the preset it holds and the one asked for.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
+
+from keras_efficientnet.runs import weights as weights_lib
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -19,25 +21,8 @@ HEAD = "predictions/"  # the classifier's variables
 
 
 def check_weights_flag(weights: str) -> None:
-    """Before TensorFlow loads: `weights` is empty, "imagenet" or an existing model file."""
-    if weights in ("", "imagenet"):
-        return
-    if not weights.endswith((".keras", ".h5", ".hdf5")):
-        raise ValueError(f"--weights={weights!r}: give 'imagenet', a .keras or .weights.h5 file "
-                         "of a run, or a keras.applications EfficientNet .h5 file")
-    if not os.path.isfile(weights):
-        raise ValueError(f"--weights={weights!r}: no such file")
-
-
-def _is_keras_applications_file(path: str) -> bool:
-    # keras.applications' (legacy HDF5) files list their layers in a `layer_names` attribute;
-    # Keras 3's .weights.h5 files do not.
-    if not path.endswith((".h5", ".hdf5")) or path.endswith(".weights.h5"):
-        return False
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        return "layer_names" in f.attrs or "layer_names" in f.get("model_weights", {}).attrs
+    """Before TensorFlow loads: `weights` is empty or a form of `runs.weights` that exists."""
+    weights_lib.check(weights, "--weights")
 
 
 def _describe(model) -> str:
@@ -68,32 +53,26 @@ def _copy_by_path(model, donor, source: str, preset: str) -> int:
 
 def warm_start(model, config) -> str:
     """Loads `config.weights` into the newly built `model`; returns what was loaded."""
-    import keras
-
     source = config.weights
-    if source == "imagenet" or _is_keras_applications_file(source):
+    weights = weights_lib.resolve(source, flag="--weights", default="final")
+    if weights.kind == "imagenet" or (weights.kind == "h5"
+                                      and weights_lib.is_keras_applications(weights)):
         from keras_efficientnet.models import pretrained
 
         pretrained.load_weights(model, source)  # logs a newly initialized classifier
         return f"{source} (keras.applications' EfficientNet weights)"
-    if source.endswith(".keras"):
-        from keras_efficientnet.registration import load_model
-
-        donor = load_model(source, compile=False)
-    else:  # a run's .weights.h5: the same preset and classes
-        donor = keras.models.clone_model(model)
-        try:
-            donor.load_weights(source)
-        except ValueError as error:
-            raise ValueError(f"--weights={source!r} does not fit --model={config.model} with "
-                             f"{model.output_shape[-1]} classes "
-                             f"({str(error).strip().splitlines()[0]}); a run's model.keras "
-                             "also loads into another class count") from None
+    try:  # a .keras file may hold another class count; the other forms the same classes
+        donor = weights_lib.donor_model(weights, model)
+    except ValueError as error:
+        raise ValueError(f"--weights={source!r} does not fit --model={config.model} with "
+                         f"{model.output_shape[-1]} classes "
+                         f"({str(error).strip().splitlines()[0]}); a run's model.keras "
+                         "also loads into another class count") from None
     _copy_by_path(model, donor, source, config.model)
     classes, donor_classes = model.output_shape[-1], donor.output_shape[-1]
     if classes != donor_classes:
         log.info("loaded %s into %s; its %d-class classifier is newly initialized (the file's "
                  "has %d classes)", source, model.name, classes, donor_classes)
         return f"{source} (classifier new: {donor_classes} -> {classes} classes)"
-    log.info("loaded %s into %s", source, model.name)
+    log.info("loaded %s into %s", weights.describe(), model.name)
     return str(Path(source))

@@ -70,7 +70,7 @@ def test_resuming_with_another_class_count_names_both_counts(tmp_path, main):
     (["--dataset=tfrecord:{tmp}/shards-*"], "no TFRecord files match '.*/shards-\\*'"),
     (["--mode=evaluate"], "--mode=evaluate needs trained weights: no checkpoint in"),
     (["--mode=finetune", "--init_checkpoint={tmp}/none.weights.h5"],
-     "--init_checkpoint='.*none.weights.h5' is neither a checkpoint folder"),
+     "--init_checkpoint='.*none.weights.h5': no such file or folder"),
 ])
 def test_missing_inputs_found_after_tensorflow_loads_are_one_line(tmp_path, main, argv,
                                                                    pattern):

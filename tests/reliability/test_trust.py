@@ -40,7 +40,7 @@ def _checkpoints(directory: Path, epochs=(1, 2), **kwargs) -> CheckpointManager:
     manager = CheckpointManager(directory, keep=10)
     model = _model()
     for epoch in epochs:
-        manager.save(epoch, model, model.optimizer, state={"tag": epoch},
+        manager.save(epoch, model, model.optimizer, state={"global_step": epoch},
                      average=[np.full(3, epoch, np.float32)], **kwargs)
     return manager
 

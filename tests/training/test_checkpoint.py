@@ -44,7 +44,7 @@ def test_rotation_never_drops_the_last_good_checkpoint(tmp_path):
     manager = CheckpointManager(tmp_path, keep=2)
     model = _model()
     for epoch in (1, 2):
-        manager.save(epoch, model, state={"tag": epoch})
+        manager.save(epoch, model, state={"global_step": epoch})
     for epoch in (3, 4, 5):
         manager.save(epoch, model, healthy=False)
     assert [p.name for p in manager.all()] == ["epoch-0002", "epoch-0004", "epoch-0005"]

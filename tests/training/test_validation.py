@@ -142,7 +142,7 @@ def test_the_best_checkpoint_survives_rotation_and_holds_the_scored_weights(tmp_
     checkpoints = run_dir / "checkpoints"
     best = json.loads((run_dir / "best.json").read_text())
     assert best["epoch"] == 2 and best["val_top1"] == 0.9 and len(scored) >= 3
-    assert best["checkpoint"] == str(checkpoints / "best")
+    assert best["checkpoint"] == "checkpoints/best"  # relative to the run
     assert best["checkpoint_of"] == "epoch-0002"
     assert best["scored_weights"].startswith("average.npz")
     assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".")) == [
