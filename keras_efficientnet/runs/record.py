@@ -57,6 +57,8 @@ METRIC_SUMS = "metrics.npz"  # the metrics' running sums mid-epoch
 STATE = "state.json"  # CheckpointState
 MANIFEST = "manifest.json"  # written last: every other file's size and SHA-256
 
+# Not a run's file: the member of a `.keras` zip that holds the model's config (Keras' format).
+KERAS_ARCHIVE_CONFIG = "config.json"
 
 
 def results_name(mode: str, trains: bool) -> str:

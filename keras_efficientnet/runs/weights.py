@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import os
 import zipfile
+import zlib
 from pathlib import Path
 
 from keras_efficientnet.runs import record
@@ -174,14 +175,14 @@ def _verify_keras(path: Path, named: str) -> None:
         with zipfile.ZipFile(path) as archive:
             names = set(archive.namelist())
             bad = archive.testzip()  # reads every member: a CRC that does not hold
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
         raise WeightsError(f"{named}: {path} is not a readable Keras model file (a .keras "
                            f"file is a zip archive: {str(error).splitlines()[0][:120]}); "
                            "give an intact .keras file, e.g. a run's model.keras") from None
     if bad is not None:
         raise WeightsError(f"{named}: {path} is damaged ({bad} does not match its CRC); give an "
                            "intact .keras file, e.g. a run's model.keras")
-    if "config.json" not in names or not any(n.endswith(".h5") for n in names):
+    if record.KERAS_ARCHIVE_CONFIG not in names or not any(n.endswith(".h5") for n in names):
         raise WeightsError(f"{named}: {path} is a zip archive but not a Keras model file (no "
                            "config.json and weights); give a .keras file that Keras saved")
 
@@ -219,17 +220,31 @@ def _from_run(run: Path, choice: str, named: str) -> Weights:
             return Weights("keras", files.model, run=run, choice=choice)
         log.info("no %s (the run did not finish): its latest checkpoint's weight average",
                  files.model)
-    from keras_efficientnet.training.checkpoint import CheckpointManager, NoIntactCheckpointError
+    latest = _newest_intact(files.checkpoints, named)
+    return Weights("checkpoint", latest, averaged=choice != "latest", run=run, choice=choice)
 
-    try:
-        latest = CheckpointManager(files.checkpoints).resume_point(move_damaged=False)
-    except NoIntactCheckpointError as error:
-        raise WeightsError(f"{named}: {error}") from None
-    if latest is None:
-        raise WeightsError(f"{named}: the run {run} has no intact checkpoint in "
-                           f"{files.checkpoints}; give its model.keras or a checkpoint folder")
-    weights = _checkpoint(latest, named, averaged=choice != "latest")
-    return dataclasses.replace(weights, run=run, choice=choice)
+
+def _newest_intact(directory: Path, named: str) -> Path:
+    """The newest checkpoint in `directory` that is intact and was written while the loss
+    looked healthy (as a resume picks it; nothing is moved). A damaged newer one is skipped
+    with a warning; WeightsError naming it when none is intact."""
+    from keras_efficientnet.training.checkpoint import CheckpointManager, is_healthy, verify
+
+    damaged = []
+    for path in reversed(CheckpointManager(directory).all()):
+        reason = verify(path)
+        if reason:
+            damaged.append(f"checkpoint {path} is damaged: {reason}")
+        elif is_healthy(path):
+            for line in damaged:
+                log.warning("%s: %s; using the newest intact one, %s", named, line, path)
+            return path
+    if damaged:
+        more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+        raise WeightsError(f"{named}: {damaged[0]}{more}, and the run has no intact one; "
+                           "restore it from a backup, or give another run or checkpoint")
+    raise WeightsError(f"{named}: no intact checkpoint in {directory}; give the run's "
+                       "model.keras or a checkpoint folder")
 
 
 def run_preset(run: str | os.PathLike, choice: str = "final") -> tuple[Weights, str, dict]:

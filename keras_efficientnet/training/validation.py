@@ -29,7 +29,7 @@ import keras
 import numpy as np
 
 from keras_efficientnet.runs.record import BEST_MODEL as BEST_MODEL_FILE
-from keras_efficientnet.runs.record import BestRecord, RecordError, RunFiles
+from keras_efficientnet.runs.record import WEIGHTS, BestRecord, RecordError, RunFiles
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -172,7 +172,7 @@ class Validation:
             kept = manager.keep_best(checkpoint)
             best = dataclasses.replace(
                 best, checkpoint=files.relative(kept), checkpoint_of=Path(checkpoint).name,
-                scored_weights=SCORED_FILES.get(best.weights, "model.weights.h5"))
+                scored_weights=SCORED_FILES.get(best.weights, WEIGHTS))
             log.info("kept %s as %s", checkpoint, kept)
         path = _save_keras_atomically(self._pending, files.best_model)
         self._pending = None
