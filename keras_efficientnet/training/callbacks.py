@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -207,67 +208,134 @@ class WeightAverage:
         return [a.astype(w.dtype) for a, w in zip(self.values, model.get_weights())]
 
 
-class Checkpointer(_StepCallback):
-    """Writes checkpoints at each epoch's end, every `every_steps` steps or `every_minutes`
-    minutes, and at the step where a signal asked the run to stop (then raises `Preempted`).
-
-    At an epoch's end it first updates the weight average. Mid-epoch saves also hold the
-    metrics' running sums; at the start of a resumed partial epoch they are put back, so the
-    epoch reports what the uninterrupted one would.
+class Averaging(keras.callbacks.Callback):
+    """Updates a `WeightAverage` (or `SlotAverage`) with the model's weights at each epoch's
+    end; placed before the checkpointer, so that the epoch's checkpoint holds the new average.
 
     Args:
-        manager: the checkpoint manager; None keeps the average and history but writes nothing
-            (the other workers of a multi-process run).
-        average: a `WeightAverage`, or None.
-        state: extra JSON-serialisable state stored in each checkpoint (e.g. the config).
-        step_calls_per_epoch: step calls per epoch (Keras' steps).
-        initial_epoch, initial_batch: where training (re)started.
-        history: the per-epoch logs of the epochs before `initial_epoch`.
-        every_steps: also save every this many global steps; 0 = epoch ends only.
-        every_minutes: also save when this many minutes passed since the last save; 0 = off.
-        watch: a `preemption.SignalWatch`; its `stop_signal()` stops the run at a step end.
-        directory: where the chief writes, named in the stop line of a process without
-            `manager` (all processes stop at the same step; only the chief writes).
-        health: a `DivergenceGuard`; saves while it is `suspect` are marked unhealthy.
-        metrics: metric values to put back at the start of the resumed partial epoch.
+        average: the `WeightAverage` to update.
     """
 
-    def __init__(self, manager: CheckpointManager | None, average: WeightAverage | None,
-                 state: dict, step_calls_per_epoch: int, *, initial_epoch: int = 0,
-                 initial_batch: int = 0, history=(), every_steps: int = 0,
-                 every_minutes: float = 0.0, watch=None, health: DivergenceGuard | None = None,
-                 metrics: list | None = None, directory=None, validation=None):
-        super().__init__(step_calls_per_epoch, initial_epoch, initial_batch)
-        self.manager = manager
-        # Called at an epoch's end with (epoch, model, average): the `val_*` logs it returns
-        # join the epoch's logs before they are recorded (training/validation.py).
-        self.validation = validation
-        self.directory = directory
+    def __init__(self, average: WeightAverage):
+        super().__init__()
         self.average = average
-        self.state = state
-        self.history: list[dict] = list(history)
-        self.every_steps = every_steps
-        self.every_seconds = every_minutes * 60.0
-        self.watch = watch
-        self.health = health
-        self._metrics = metrics
-        self._last_save = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.average.update(self.model)
+
+
+class EpochHistory(keras.callbacks.Callback):
+    """The per-epoch logs of the run (`epochs`, a list the checkpointer stores in each
+    checkpoint's state), continued from a resumed run's.
+
+    Args:
+        history: the per-epoch logs of the epochs before the resumed one.
+    """
+
+    def __init__(self, history=()):
+        super().__init__()
+        self.epochs: list[dict] = list(history)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append({k: float(v) for k, v in (logs or {}).items()})
+
+
+class RestoredMetrics(keras.callbacks.Callback):
+    """Puts a resumed partial epoch's saved metric sums back at its start, so that the epoch
+    reports what the uninterrupted one would (a mismatch restarts the running mean, warned).
+
+    Args:
+        values: the metric variables' values saved mid-epoch.
+        initial_epoch: the resumed epoch (0-based).
+    """
+
+    def __init__(self, values: list, initial_epoch: int):
+        super().__init__()
+        self.values = values
+        self.initial_epoch = initial_epoch
 
     def on_epoch_begin(self, epoch, logs=None):
-        super().on_epoch_begin(epoch, logs)
-        if self._metrics is not None and epoch == self.initial_epoch and self.initial_batch:
-            variables = self.model.metrics_variables
-            try:
-                if len(variables) != len(self._metrics):
-                    raise ValueError(f"{len(self._metrics)} saved, {len(variables)} now")
-                for variable, value in zip(variables, self._metrics):
-                    variable.assign(value)
-            except ValueError as error:  # e.g. per-replica sums under a strategy
-                for variable in variables:
-                    variable.assign(keras.ops.zeros_like(variable))
-                log.warning("the resumed epoch's loss and metrics restart their running mean "
-                            "(its weights are exact): %s", str(error).splitlines()[0])
-        self._metrics = None
+        if self.values is None or epoch != self.initial_epoch:
+            return
+        variables = self.model.metrics_variables
+        try:
+            if len(variables) != len(self.values):
+                raise ValueError(f"{len(self.values)} saved, {len(variables)} now")
+            for variable, value in zip(variables, self.values):
+                variable.assign(value)
+        except ValueError as error:  # e.g. per-replica sums under a strategy
+            for variable in variables:
+                variable.assign(keras.ops.zeros_like(variable))
+            log.warning("the resumed epoch's loss and metrics restart their running mean "
+                        "(its weights are exact): %s", str(error).splitlines()[0])
+        self.values = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where training (re)starts: step calls per epoch (Keras' steps), and the epoch and
+    batches of it already done by a resumed run."""
+
+    step_calls_per_epoch: int
+    initial_epoch: int = 0
+    initial_batch: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Contents:
+    """What each checkpoint holds besides the model's, optimizer's and generators' variables:
+    `state` (JSON-serialisable: config, classes), the per-epoch `history` (an
+    `EpochHistory.epochs` list, read at each save) and the weight `average` (its arrays)."""
+
+    state: dict
+    history: list = dataclasses.field(default_factory=list)
+    average: WeightAverage | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveEvery:
+    """Mid-epoch saves besides the epoch ends: every `steps` global steps (0 = off) and when
+    `minutes` passed since the last save (0 = off)."""
+
+    steps: int = 0
+    minutes: float = 0.0
+
+
+class Checkpointer(_StepCallback):
+    """Writes checkpoints: at each epoch's end, mid-epoch as `every` says, and at the step where
+    a signal asked the run to stop (then raises `Preempted`). Its one job: the weight average
+    (`Averaging`), validation (`validation.Validating`) and the history (`EpochHistory`) are
+    callbacks of their own that run before it; `after_save` hears of each epoch-end checkpoint
+    before a signal stops the run (the best checkpoint's copy).
+
+    Args:
+        manager: the checkpoint manager; None writes nothing (the other workers of a
+            multi-process run).
+        contents: a `Contents`: the state, history and weight average stored in each
+            checkpoint.
+        position: a `Position`: steps per epoch and where training (re)started.
+        every: a `SaveEvery`: mid-epoch saves. Default epoch ends only.
+        watch: a `preemption.SignalWatch`; its `stop_signal()` stops the run at a step end.
+        health: a `DivergenceGuard`; saves while it is `suspect` are marked unhealthy.
+        directory: where the chief writes, named in the stop line of a process without
+            `manager` (all processes stop at the same step; only the chief writes).
+        after_save: called with (manager, checkpoint path or None) after each epoch-end save.
+    """
+
+    def __init__(self, manager: CheckpointManager | None, contents: Contents, position: Position,
+                 *, every: SaveEvery = SaveEvery(), watch=None,
+                 health: DivergenceGuard | None = None, directory=None, after_save=None):
+        super().__init__(position.step_calls_per_epoch, position.initial_epoch,
+                         position.initial_batch)
+        self.manager = manager
+        self.directory = directory
+        self.contents = contents
+        self.every_steps = every.steps
+        self.every_seconds = every.minutes * 60.0
+        self.watch = watch
+        self.health = health
+        self.after_save = after_save
+        self._last_save = time.monotonic()
 
     def _save(self, epoch: int, batch: int, *, metrics: bool) -> str | None:
         self._last_save = time.monotonic()
@@ -280,10 +348,11 @@ class Checkpointer(_StepCallback):
             # the epoch's loss on the host anyway, so these sums are not saved.
             metrics = False
         global_step = epoch * self.step_calls_per_epoch + batch
-        state = {**self.state, "global_step": global_step, "history": self.history}
+        average, state = self.contents.average, {
+            **self.contents.state, "global_step": global_step, "history": self.contents.history}
         return str(self.manager.save(
             epoch, self.model, self.model.optimizer, state,
-            self.average.values if self.average is not None else None, batch=batch,
+            average.values if average is not None else None, batch=batch,
             healthy=not (self.health is not None and self.health.suspect),
             metrics=list(self.model.metrics_variables) if metrics else None))
 
@@ -310,12 +379,7 @@ class Checkpointer(_StepCallback):
             self._stop_if_asked(path, step, self.epoch, done)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.average is not None:
-            self.average.update(self.model)
-        if self.validation is not None and logs is not None:
-            logs.update(self.validation(epoch, self.model, self.average))
-        self.history.append({k: float(v) for k, v in (logs or {}).items()})
         path = self._save(epoch + 1, 0, metrics=False)
-        if self.validation is not None:  # a new best's checkpoint becomes checkpoints/best
-            self.validation.saved(self.manager, path)
+        if self.after_save is not None:  # e.g. a new best's checkpoint becomes checkpoints/best
+            self.after_save(self.manager, path)
         self._stop_if_asked(path, (epoch + 1) * self.step_calls_per_epoch, epoch + 1, 0)

@@ -34,9 +34,15 @@ from keras_efficientnet.training.builders import (
     use_one_hot,
 )
 from keras_efficientnet.training.callbacks import (
+    Averaging,
     Checkpointer,
+    Contents,
     DivergenceGuard,
+    EpochHistory,
     NonFiniteLossGuard,
+    Position,
+    RestoredMetrics,
+    SaveEvery,
     Throughput,
 )
 from keras_efficientnet.training.checkpoint import CheckpointManager
@@ -63,7 +69,7 @@ from keras_efficientnet.training.resume import (
 from keras_efficientnet.training.run_config import write_run_config
 from keras_efficientnet.training.runtime import OneDevice
 from keras_efficientnet.training.session import RunSession
-from keras_efficientnet.training.validation import Validation, finetuned_competes
+from keras_efficientnet.training.validation import Validating, Validation, finetuned_competes
 from keras_efficientnet.training.warm_start import warm_start
 
 log = logging.getLogger("keras_efficientnet")
@@ -250,10 +256,10 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
         validation = (Validation(config, num_classes, eval_steps or config.eval_steps or None,
                                  skip_counter)
                       if config.eval_every and runtime.is_chief else None)
-        guards, checkpointer = _train_callbacks(
+        guards, history, epoch_end = _train_callbacks(
             config, runtime, manager, state, step_calls=step_calls, num_classes=num_classes,
             watch=watch, average=average, validation=validation)
-        callbacks = [throughput, *guards, checkpointer, *_tensorboard(config, runtime),
+        callbacks = [throughput, *guards, *epoch_end, *_tensorboard(config, runtime),
                      *_metrics_csv(config, runtime), *(extra_callbacks or [])]
 
         # The runtime skips the batches already seen (the pipeline is seeded, so a resumed run
@@ -267,7 +273,7 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
             _fit_epochs(runtime, model, make_dataset, epochs=config.epochs,
                         step_calls=step_calls, state=state, watch=watch,
                         callbacks=callbacks, verbose=config.verbose)
-    return {"model": model, "average": average, "history": checkpointer.history,
+    return {"model": model, "average": average, "history": history.epochs,
             "best": validation.best if validation is not None else None,
             "images_per_second": throughput.images_per_second,
             "resolution": train_res, "step_calls_per_epoch": step_calls,
@@ -298,23 +304,33 @@ def _model_to_train(config: TrainConfig, runtime, resolution: int, num_classes: 
 
 def _train_callbacks(config: TrainConfig, runtime, manager: CheckpointManager, state: dict,
                      *, step_calls: int, num_classes: int, watch, average,
-                     validation=None) -> tuple[list, Checkpointer]:
-    """The loss guards (NaN, divergence) and the checkpointer, which runs after them so that a
-    bad step is never saved as good."""
+                     validation=None) -> tuple[list, EpochHistory, list]:
+    """The loss guards (NaN, divergence), the run's history, and the epoch-end callbacks in
+    their order: the restored metric sums of a resumed partial epoch, the weight average,
+    validation, the history, then the checkpointer, which runs after the guards so that a bad
+    step is never saved as good, and after the others so that it saves what they computed."""
     start = dict(initial_epoch=state.get("epoch", 0), initial_batch=state.get("batch", 0))
     health = (DivergenceGuard(num_classes, config.divergence_factor, config.divergence_steps,
                               step_calls, checkpoints=manager, **start)
               if config.divergence_factor > 0 else None)
+    history = EpochHistory(state.get("history", []))
     # Other workers keep the weight average and history but write nothing.
     checkpointer = Checkpointer(
-        manager if runtime.is_chief else None, average,
-        {"config": config.to_dict(), "num_classes": num_classes}, step_calls,
-        history=state.get("history", []), every_steps=config.checkpoint_steps,
-        every_minutes=config.checkpoint_minutes, watch=watch, health=health,
-        metrics=state.get("metrics"), directory=manager.directory, validation=validation,
-        **start)
+        manager if runtime.is_chief else None,
+        Contents({"config": config.to_dict(), "num_classes": num_classes}, history.epochs,
+                 average),
+        Position(step_calls, **start),
+        every=SaveEvery(config.checkpoint_steps, config.checkpoint_minutes), watch=watch,
+        health=health, directory=manager.directory,
+        after_save=validation.saved if validation is not None else None)
+    epoch_end = [
+        *([RestoredMetrics(state["metrics"], start["initial_epoch"])]
+          if state.get("metrics") is not None and start["initial_batch"] else []),
+        *([Averaging(average)] if average is not None else []),
+        *([Validating(validation, average)] if validation is not None else []),
+        history, checkpointer]
     guard = NonFiniteLossGuard(step_calls, checkpoints=manager, **start)
-    return [guard, *([health] if health else [])], checkpointer
+    return [guard, *([health] if health else [])], history, epoch_end
 
 
 def _tensorboard(config: TrainConfig, runtime) -> list:

@@ -12,10 +12,10 @@ scored weights). Both files and the record are written only once the epoch's che
 (`saved`), in that order: the copy, best.keras, then best.json last, so best.json never names an
 epoch whose copy is not complete. Paths in best.json are relative to the run. An unreadable
 best.json stops the run with one line (it is never taken for "no best yet").
-`Validation` is called by the checkpointer at an epoch's end, after it updates the weight
-average and before it records the epoch, so `val_top1`, `val_top5` and `val_loss` reach the
-epoch line, the history in checkpoints and results.json, TensorBoard's `validation` run (Keras
-writes `val_*` logs there) and metrics.csv.
+`Validating` (a callback) calls `Validation` at an epoch's end, after `Averaging` updates the
+weight average and before `EpochHistory` and the `Checkpointer` record the epoch, so `val_top1`,
+`val_top5` and `val_loss` reach the epoch line, the history in checkpoints and results.json,
+TensorBoard's `validation` run (Keras writes `val_*` logs there) and metrics.csv.
 """
 
 from __future__ import annotations
@@ -179,6 +179,26 @@ class Validation:
         best.write(files.best_record)  # last: it names the copy and the model above
         self.best = {k: v for k, v in best.to_dict().items() if k != "version"}
         log.info("wrote %s and %s", path, files.best_record)
+
+
+class Validating(keras.callbacks.Callback):
+    """Adds a `Validation`'s `val_*` logs to each epoch's logs where it is due; placed before
+    the history and the checkpointer, which record them (its `saved` goes to the
+    checkpointer's `after_save`, which copies a new best's checkpoint).
+
+    Args:
+        validation: the `Validation`.
+        average: the run's `WeightAverage` (the weights it scores), or None.
+    """
+
+    def __init__(self, validation: Validation, average=None):
+        super().__init__()
+        self.validation = validation
+        self.average = average
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs.update(self.validation(epoch, self.model, self.average))
 
 
 def finetuned_competes(config, model: keras.Model, scores: dict) -> dict | None:

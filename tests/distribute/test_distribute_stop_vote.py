@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from keras_efficientnet.distribute import train_loop
-from keras_efficientnet.training.callbacks import Checkpointer
+from keras_efficientnet.training.callbacks import Checkpointer, Contents, Position
 from keras_efficientnet.training.checkpoint import METRICS, CheckpointManager, position_of
 from keras_efficientnet.training.preemption import Preempted, SignalWatch
 
@@ -57,7 +57,7 @@ def _run(tmp_path, *, chief: bool, signals: dict, device_iterations: int = 2,
                     peer.assign(float(signum))
 
     manager = CheckpointManager(tmp_path / "checkpoints")
-    checkpointer = Checkpointer(manager if chief else None, None, {}, step_calls_per_epoch=6,
+    checkpointer = Checkpointer(manager if chief else None, Contents({}), Position(6),
                                 watch=watch, directory=manager.directory)
     callbacks = [Signals(), checkpointer] if checkpoints else [Signals()]
     with pytest.raises(Preempted) as stopped, watch.deferred(), watch.coordinated():

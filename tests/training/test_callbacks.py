@@ -3,18 +3,27 @@ deferred to a step boundary."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import signal
 
+import numpy as np
 import pytest
 
 from keras_efficientnet.training.callbacks import (
+    Averaging,
     Checkpointer,
+    Contents,
     DivergenceError,
     DivergenceGuard,
+    EpochHistory,
     NonFiniteLossError,
     NonFiniteLossGuard,
+    Position,
+    RestoredMetrics,
+    SaveEvery,
+    WeightAverage,
 )
 from keras_efficientnet.training.checkpoint import (
     CheckpointManager,
@@ -62,7 +71,7 @@ def test_checkpointer_saves_mid_epoch_every_n_steps_and_stops_on_a_signal(tmp_pa
     model = _model()
     manager = CheckpointManager(tmp_path, keep=10)
     watch = SignalWatch()
-    checkpointer = Checkpointer(manager, None, {}, step_calls_per_epoch=5, every_steps=3,
+    checkpointer = Checkpointer(manager, Contents({}), Position(5), every=SaveEvery(steps=3),
                                 watch=watch)
     checkpointer.set_model(model)
     model.optimizer.build(model.trainable_variables)
@@ -97,3 +106,63 @@ def test_signals_wait_for_the_step_inside_a_training_loop_and_stop_at_once_outsi
                 os.kill(os.getpid(), signal.SIGINT)  # second: at once
             watch.requested = None  # caught here: else the region's end raises it again
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_the_checkpointer_and_its_collaborators_take_at_most_8_parameters():
+    from keras_efficientnet.training.validation import Validating, Validation
+
+    for cls in (Checkpointer, Averaging, EpochHistory, RestoredMetrics, Validating, Validation):
+        parameters = list(inspect.signature(cls.__init__).parameters)[1:]  # without self
+        assert len(parameters) <= 8, (cls.__name__, parameters)
+    # One job: nothing of the average, validation or history is the checkpointer's own.
+    assert not {"average", "validation", "history", "_metrics"} & set(vars(
+        Checkpointer(None, Contents({}), Position(1))))
+
+
+def test_the_epoch_end_collaborators_feed_the_checkpoint_in_their_order(tmp_path):
+    # Kernel values 1 then 3 at the two epoch ends, decay 0.5: the average is 1, then
+    # 0.5 * 1 + 0.5 * 3 = 2 (by hand); the checkpoint after epoch 2 holds it and both epochs'
+    # logs, and after_save hears of each epoch-end checkpoint before a signal stops the run.
+    model = _model()
+    manager, watch = CheckpointManager(tmp_path, keep=5), SignalWatch()
+    average, history, heard = WeightAverage(0.5), EpochHistory([{"loss": 9.0}]), []
+    checkpointer = Checkpointer(manager, Contents({"num_classes": 2}, history.epochs, average),
+                                Position(3), watch=watch,
+                                after_save=lambda m, path: heard.append((m, path)))
+    callbacks = [Averaging(average), history, checkpointer]
+    for callback in callbacks:
+        callback.set_model(model)
+    model.optimizer.build(model.trainable_variables)
+    for epoch, value in enumerate((1.0, 3.0)):
+        model.set_weights([np.full_like(w, value) for w in model.get_weights()])
+        if epoch == 1:
+            watch.requested = signal.SIGTERM  # arrives during the last epoch
+        for callback in callbacks[:-1]:
+            callback.on_epoch_end(epoch, {"loss": 1.0 + epoch})
+        if epoch == 1:
+            with pytest.raises(Preempted) as stopped:
+                checkpointer.on_epoch_end(epoch, {"loss": 2.0})
+            assert stopped.value.checkpoint == str(tmp_path / "epoch-0002")
+        else:
+            checkpointer.on_epoch_end(epoch, {"loss": 1.0})
+    assert [path for _, path in heard] == [str(tmp_path / "epoch-0001"),
+                                           str(tmp_path / "epoch-0002")]
+    state = CheckpointManager.restore(tmp_path / "epoch-0002", _model())
+    assert state["history"] == [{"loss": 9.0}, {"loss": 1.0}, {"loss": 2.0}]
+    assert state["global_step"] == 6 and state["num_classes"] == 2
+    for array in state["average"]:
+        np.testing.assert_array_equal(array, 2.0)
+
+
+def test_restored_metrics_go_back_only_at_the_resumed_epoch():
+    model = _model()
+    x = np.zeros((1, 4), "float32")
+    model.compute_metrics(x, np.zeros((1, 3), "float32"), model(x))
+    saved = [np.full(tuple(v.shape), 7.0, "float32") for v in model.metrics_variables]
+    restored = RestoredMetrics(saved, initial_epoch=2)
+    restored.set_model(model)
+    restored.on_epoch_begin(1)
+    assert all(float(np.sum(v.numpy())) == 0.0 for v in model.metrics_variables)
+    restored.on_epoch_begin(2)
+    for variable in model.metrics_variables:
+        np.testing.assert_array_equal(variable.numpy(), 7.0)
