@@ -32,7 +32,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from keras_efficientnet.runs import record
+from keras_efficientnet.runs import manifest, record
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -188,16 +188,14 @@ def _verify_keras(path: Path, named: str) -> None:
 
 
 def _checkpoint(path: Path, named: str, averaged: bool) -> Weights:
-    from keras_efficientnet.training.checkpoint import position_of, read_manifest, verify
-
-    position = position_of(path)
+    position = manifest.position_of(path)
     if position is None:  # `best` or a renamed copy: the position its manifest states
         try:
-            manifest = read_manifest(path)
-            position = (manifest.get("epoch"), manifest.get("batch"))
+            stated = manifest.read_manifest(path)
+            position = (stated.get("epoch"), stated.get("batch"))
         except (OSError, ValueError):
             position = None  # verify names the manifest's problem
-    reason = verify(path, position=position)
+    reason = manifest.verify(path, position=position)
     if reason:
         raise WeightsError(f"{named}: checkpoint {path} is damaged: {reason}; give an intact "
                            "checkpoint (or the run directory, whose newest intact one is "
@@ -228,14 +226,12 @@ def _newest_intact(directory: Path, named: str) -> Path:
     """The newest checkpoint in `directory` that is intact and was written while the loss
     looked healthy (as a resume picks it; nothing is moved). A damaged newer one is skipped
     with a warning; WeightsError naming it when none is intact."""
-    from keras_efficientnet.training.checkpoint import CheckpointManager, is_healthy, verify
-
     damaged = []
-    for path in reversed(CheckpointManager(directory).all()):
-        reason = verify(path)
+    for path in reversed(manifest.checkpoint_folders(directory)):
+        reason = manifest.verify(path)
         if reason:
             damaged.append(f"checkpoint {path} is damaged: {reason}")
-        elif is_healthy(path):
+        elif manifest.is_healthy(path):
             for line in damaged:
                 log.warning("%s: %s; using the newest intact one, %s", named, line, path)
             return path
@@ -303,19 +299,21 @@ def _preset_of(model) -> str:
 
 
 def _load_checkpoint(weights: Weights, model, slots: list | None) -> str:
-    from keras_efficientnet.training.checkpoint import CheckpointManager
+    """The checkpoint's weights (the model's variables: no optimizer or generator state), or
+    its weight average where asked and saved."""
+    model.load_weights(weights.path / record.WEIGHTS)
+    average = weights.path / record.AVERAGE
+    if not (weights.averaged and average.is_file()):
+        return str(weights.path)
+    import numpy as np
 
-    state = CheckpointManager.restore(weights.path, model)
-    if weights.averaged and state.get("average") is not None:
-        # The average's arrays: the model's weights, then the optimizer's slots.
-        model.set_weights([a.astype(w.dtype) for a, w in zip(state["average"],
-                                                              model.get_weights())])
-        if slots is not None:
-            from keras_efficientnet.training.optimizer_state import SlotAverage
-
-            slots.extend(SlotAverage(0.0, state["average"]).slots(model) or ())
-        return weights.describe()
-    return str(weights.path)
+    with np.load(average) as data:
+        arrays = [data[f"arr_{i}"] for i in range(len(data.files))]
+    # The average's arrays: the model's weights, then the optimizer's slots (SlotAverage).
+    model.set_weights([a.astype(w.dtype) for a, w in zip(arrays, model.get_weights())])
+    if slots is not None:
+        slots.extend(arrays[len(model.weights):])
+    return weights.describe()
 
 
 def is_keras_applications(weights: Weights) -> bool:

@@ -223,6 +223,7 @@ def test_a_damaged_model_file_is_refused_by_the_commands(run, tmp_path, capsys):
         load_model_file(_fresh(), path, TrainConfig(model=TINY))
 
 
+@pytest.mark.slow
 def test_the_commands_take_a_run(run, tmp_path, capsys):
     from keras_efficientnet import predict
 

@@ -134,14 +134,14 @@ def test_the_best_copy_survives_rotation_is_verified_and_is_never_resumed(tmp_pa
 
 def test_keep_best_reads_the_source_once_and_refuses_a_damaged_or_linked_one(tmp_path,
                                                                           monkeypatch):
-    from keras_efficientnet.training import checkpoint
+    from keras_efficientnet.runs import manifest  # where a checkpoint's files are hashed
     from keras_efficientnet.training.checkpoint import BEST, WEIGHTS, verify
 
     manager = CheckpointManager(tmp_path, keep=5)
     first = manager.save(1, _model())
     hashed = []
-    sha256 = checkpoint._sha256
-    monkeypatch.setattr(checkpoint, "_sha256", lambda path: hashed.append(path) or sha256(path))
+    sha256 = manifest._sha256
+    monkeypatch.setattr(manifest, "_sha256", lambda path: hashed.append(path) or sha256(path))
     manager.keep_best(first)
     assert hashed == []  # hashed while copying: no separate read to verify
     monkeypatch.undo()
