@@ -21,6 +21,7 @@ from keras_efficientnet.cli.parser import (
     add_verbosity,
     check_model_file,
     command_status,
+    model_file,
     run_command,
 )
 from keras_efficientnet.datasets.source_table import missing_local_folder
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> None:
+    args.model_file = model_file(args.model_file)  # a run RUN[:final|best]: its .keras file
     check_model_file(args.model_file)
     for name, low in (("batch_size", 1), ("steps", 0), ("resolution", 0)):
         if getattr(args, name) < low:

@@ -24,9 +24,10 @@ from keras_efficientnet.cli.parser import (
     command_status,
     run_command,
 )
+from keras_efficientnet.cli.parser import model_file as run_model_file
+from keras_efficientnet.runs import record, weights
 
-# The final model a run writes (`training.export.MODEL_FILE`; that module loads Keras).
-RUN_MODEL_FILE = "model.keras"
+RUN_MODEL_FILE = record.MODEL  # the final model a run writes
 FORMATS = ("saved_model",)
 
 
@@ -43,17 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def model_file_of(source: str) -> Path:
-    """The `.keras` file SOURCE names: a run directory's final model, or SOURCE itself."""
-    path = Path(source)
-    if path.is_dir():
-        model = path / RUN_MODEL_FILE
-        if not model.is_file():
-            raise BadInput(f"SOURCE {source!r} is a folder without {RUN_MODEL_FILE}: give a "
-                           "run directory whose training finished, or a .keras file")
-        return model
-    if not path.exists():
+    """The `.keras` file SOURCE names: a run directory's final model (`RUN:best` its best), or
+    SOURCE itself (`runs.weights`' grammar)."""
+    path, choice = weights.split_choice(source)
+    if Path(path).is_dir() and choice is None and not (Path(path) / RUN_MODEL_FILE).is_file():
+        raise BadInput(f"SOURCE {source!r} is a folder without {RUN_MODEL_FILE}: give a "
+                       "run directory whose training finished, or a .keras file")
+    if not Path(path).exists():
         raise BadInput(f"SOURCE {source!r}: no such run directory or file")
-    return path
+    return Path(run_model_file(source, flag="SOURCE"))
 
 
 def _check(args) -> Path:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from keras_efficientnet.cli.errors import BAD_INPUT, BadInput, exit_status_help, one_line
+from keras_efficientnet.runs import record, weights
 
 HELP_FLAGS = ("--help", "-help", "--h", "-h", "-?", "--?")
 # Old spelling -> (new spelling, why it changed), per command; each old one goes in the release
@@ -131,9 +132,25 @@ def add_verbosity(parser: argparse.ArgumentParser) -> None:
                         "start-up lines (quiet by default)")
 
 
+def model_file(spec: str | None, flag: str = MODEL_FILE_FLAG) -> str | None:
+    """The `.keras` file `spec` names: a run `RUN[:final|best]` resolves to its model file
+    (`runs.weights`; a bare run: its final model.keras); anything else is the file itself."""
+    if not spec or not Path(weights.split_choice(spec)[0]).is_dir():
+        return spec
+    try:
+        resolved = weights.resolve(spec, flag=flag)
+    except weights.WeightsError as error:
+        raise BadInput(str(error)) from None
+    if resolved.kind != "keras":
+        raise BadInput(f"{flag}={spec!r} resolves to {resolved.describe()}, which holds no "
+                       "model; give a .keras file or RUN[:final|best]")
+    return str(resolved.path)
+
+
 def check_model_file(path: str | None, flag: str = MODEL_FILE_FLAG) -> dict:
-    """The Keras config stored in a `.keras` file; BadInput naming `flag` unless it is a Keras
-    zip of a model with a classifier head (as far as the stored config tells)."""
+    """The Keras config stored in a `.keras` file; BadInput naming `flag` unless it is an
+    intact Keras zip (`runs.weights` checks every member's CRC) of a model with a classifier
+    head (as far as the stored config tells)."""
     if not path:
         raise BadInput(f"{flag} is required: a .keras file, e.g. "
                        f"{flag}=runs/default/model.keras")
@@ -144,7 +161,7 @@ def check_model_file(path: str | None, flag: str = MODEL_FILE_FLAG) -> dict:
                        "runs/NAME/model.keras)")
     try:
         with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
+            config = json.loads(archive.read(record.KERAS_ARCHIVE_CONFIG))
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError):
         raise BadInput(f"{path}: not a Keras model file (a .keras file is a zip archive with a "
                        "config.json; this one is not)") from None
@@ -152,4 +169,8 @@ def check_model_file(path: str | None, flag: str = MODEL_FILE_FLAG) -> dict:
     if inner.get("include_top") is False:
         raise BadInput(f"{path}: no classifier head (built with include_top=False, it outputs "
                        "features); a command needs a model that outputs class scores")
+    try:
+        weights.resolve(path, named=f"{flag}={path!r}")
+    except weights.WeightsError as error:
+        raise BadInput(str(error)) from None
     return config

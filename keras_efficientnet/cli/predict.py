@@ -32,11 +32,13 @@ from keras_efficientnet.cli.parser import (
     add_verbosity,
     check_model_file,
     command_status,
+    model_file,
     run_command,
 )
 from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO, IMAGE_EXTENSIONS
+from keras_efficientnet.runs.record import CLASS_NAMES
 
-CLASS_NAMES_FILE = "class_names.json"  # as keras_efficientnet.training.export writes it
+CLASS_NAMES_FILE = CLASS_NAMES  # as keras_efficientnet.training.export writes it
 # The first bytes of each format TensorFlow's decode_image reads.
 IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
 OUTPUT_SUFFIXES = (".csv", ".jsonl")
@@ -252,6 +254,7 @@ def render_output(records: list[dict], suffix: str) -> str:
 
 def _check_inputs(args):
     _check_numbers(args)
+    args.model_file = model_file(args.model_file)  # a run RUN[:final|best]: its .keras file
     config = check_model_file(args.model_file)
     files = expand_paths(args.paths)
     names = class_names_for(args.class_names, Path(args.model_file))

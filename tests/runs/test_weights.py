@@ -205,7 +205,7 @@ def test_a_damaged_checkpoint_is_refused_from_every_entry_point(run, tmp_path, m
 
 
 def test_a_damaged_model_file_is_refused_by_the_commands(run, tmp_path, capsys):
-    from keras_efficientnet import evaluate, predict
+    from keras_efficientnet.cli import evaluate, export, predict
     from keras_efficientnet.training.evaluation import load_model_file
 
     path = _damaged_keras(run, tmp_path)
@@ -214,8 +214,9 @@ def test_a_damaged_model_file_is_refused_by_the_commands(run, tmp_path, capsys):
     _one_line(error.value, str(path), "give an intact .keras file")
     image = tmp_path / "x.png"
     keras.utils.save_img(image, np.zeros((8, 8, 3), np.uint8))
-    for command, argv in ((predict, ["predict", f"--model={path}", str(image)]),
-                          (evaluate, ["evaluate", f"--model={path}"])):
+    for command, argv in ((predict, ["predict", f"--model_file={path}", str(image)]),
+                          (evaluate, ["evaluate", f"--model_file={path}"]),
+                          (export, ["export", str(path), f"--output={tmp_path / 'out'}"])):
         assert command.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(path) in err and "intact .keras" in err, err
@@ -225,12 +226,13 @@ def test_a_damaged_model_file_is_refused_by_the_commands(run, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_commands_take_a_run(run, tmp_path, capsys):
-    from keras_efficientnet import predict
+    from keras_efficientnet.cli import predict
 
     root, _ = run
     image = tmp_path / "x.png"
     keras.utils.save_img(image, np.full((40, 40, 3), 100, np.uint8))
-    assert predict.main(["predict", f"--model={root}:best", "--top_k=1", str(image)]) == 0
+    assert predict.main(["predict", f"--model_file={root}:best", "--top_k=1",
+                         str(image)]) == 0
     printed = capsys.readouterr().out.splitlines()
     best = keras.models.load_model(root / record.BEST_MODEL)
     probabilities = predict.predict(best, [str(image)], 32)[0]
