@@ -68,3 +68,15 @@ def test_the_record_follows_its_checkpoint_copy_and_a_moved_run_names_its_own(tm
         again = _validation(moved)
     assert again.best["checkpoint"] == "checkpoints/best" and caplog.records == []
     assert weights.resolve(f"{moved}:best").path == moved / record.BEST_MODEL
+    # Killed after the next best's copy, before its record: the two disagree, and a resumed
+    # run says so once, naming both and which it trusts.
+    manager = CheckpointManager(moved / record.CHECKPOINTS)
+    manager.keep_best(manager.save(2, validation._copy))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="keras_efficientnet"):
+        _validation(moved)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith(f"the best checkpoint {moved / 'checkpoints' / 'best'} does not "
+                              f"match {moved / record.BEST_RECORD} (epoch 1): ")
+    assert "trusting best.json and best.keras" in warning
+
