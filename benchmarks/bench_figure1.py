@@ -86,11 +86,12 @@ def training_step(config, resolution: int, batch: int):
 def finetune_step(config, resolution: int, batch: int):
     """One update of the head-only fine-tune (only finetune.HEAD_LAYERS train) at the test
     resolution, the rest of the network still run forward."""
-    from keras_efficientnet.training import finetune, trainer
+    from keras_efficientnet.training import trainer
+    from keras_efficientnet.training.finetune import HEAD_LAYERS
 
     model = trainer.build_model(config, resolution, 1000)
     for layer in model.layers:
-        layer.trainable = layer.name in finetune.HEAD_LAYERS
+        layer.trainable = layer.name in HEAD_LAYERS
     trainer.compile_model(model, "sgd", config, 1000)
     images = _images(batch, resolution)
     labels = keras.utils.to_categorical(np.arange(batch) % 1000, 1000).astype("float32") \
