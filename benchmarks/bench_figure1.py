@@ -61,26 +61,31 @@ def recipe(variant: str, family: str, series: str):
     return base_config(FLAGS_DIR / f"{variant}-{family}-{series}.flags")
 
 
-def _images(batch: int, resolution: int) -> np.ndarray:
-    return np.random.default_rng(0).integers(0, 256, (batch, resolution, resolution, 3),
-                                             dtype=np.uint8)
+def _update(model, config, resolution: int, batch: int, where: str):
+    """One `train_on_batch` of the compiled `model` on `batch` uint8 images at `resolution`
+    (labels one-hot where the recipe's loss wants them), as a function of no arguments."""
+    from keras_efficientnet.training import trainer
+
+    images = np.random.default_rng(0).integers(0, 256, (batch, resolution, resolution, 3),
+                                               dtype=np.uint8)
+    labels = np.arange(batch) % 1000
+    if trainer.use_one_hot(config):
+        labels = keras.utils.to_categorical(labels, 1000).astype("float32")
+
+    def step():
+        check_finite(_loss(model.train_on_batch(images, labels)), where)
+    return step
 
 
 def training_step(config, resolution: int, batch: int):
     """One optimizer update of the recipe (its optimizer, weight decay, loss) on `batch` uint8
-    images at `resolution`, as a function of no arguments."""
+    images at `resolution`."""
     from keras_efficientnet.training import trainer
 
     model = trainer.build_model(config, resolution, 1000)
     schedule = trainer.lr_schedule(config, 1000, config.epochs, config.peak_learning_rate())
     trainer.compile_model(model, trainer.build_optimizer(config, schedule), config, 1000)
-    images = _images(batch, resolution)
-    labels = keras.utils.to_categorical(np.arange(batch) % 1000, 1000).astype("float32") \
-        if trainer.use_one_hot(config) else np.arange(batch) % 1000
-
-    def step():
-        check_finite(_loss(model.train_on_batch(images, labels)), "figure 1 training")
-    return step
+    return _update(model, config, resolution, batch, "figure 1 training")
 
 
 def finetune_step(config, resolution: int, batch: int):
@@ -93,13 +98,7 @@ def finetune_step(config, resolution: int, batch: int):
     for layer in model.layers:
         layer.trainable = layer.name in HEAD_LAYERS
     trainer.compile_model(model, "sgd", config, 1000)
-    images = _images(batch, resolution)
-    labels = keras.utils.to_categorical(np.arange(batch) % 1000, 1000).astype("float32") \
-        if trainer.use_one_hot(config) else np.arange(batch) % 1000
-
-    def step():
-        check_finite(_loss(model.train_on_batch(images, labels)), "figure 1 fine-tune")
-    return step
+    return _update(model, config, resolution, batch, "figure 1 fine-tune")
 
 
 def _loss(result) -> float:
