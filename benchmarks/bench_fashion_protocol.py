@@ -346,8 +346,10 @@ def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
             continue
         seconds = [sum(q["train_seconds"] for q in p) / len(p) for p in points]
         means = [sum(q["val_top1"] for q in p) / len(p) for p in points]
+        seeds = f"{len(group)} seed{'s' if len(group) != 1 else ''}"
+        quiet = "" if all(r.get("quiet") for r in group) else ", seconds loaded"
         handle, = ax.plot(seconds, means, "o-", markersize=3,
-                          label=f"{EXPERIMENTS[experiment][recipe]} ({len(group)} seeds)")
+                          label=f"{EXPERIMENTS[experiment][recipe]} ({seeds}{quiet})")
         ax.fill_between(seconds, [min(q["val_top1"] for q in p) for p in points],
                         [max(q["val_top1"] for q in p) for p in points],
                         color=handle.get_color(), alpha=0.15)
