@@ -28,7 +28,6 @@ updates on the embedded digits into a temporary folder (the test suite's check).
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
@@ -150,15 +149,12 @@ def run_command(argv: list[str], log: Path, timeout: float) -> None:
 
 def read_curve(run_dir: Path) -> list[dict]:
     """The run's per-epoch validation against seconds, from its metrics.csv."""
-    with open(run_dir / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    from keras_efficientnet.runs import record
 
-    def number(value):
-        return float(value) if value not in (None, "") else None
-
-    return [{"epoch": int(float(r["epoch"])), "val_top1": number(r.get("val_top1")),
-             "top1": number(r.get("top1")), "train_seconds": number(r.get("train_seconds")),
-             "wall_seconds": number(r.get("wall_seconds"))} for r in rows]
+    rows = record.read_metrics(record.RunFiles(run_dir).metrics)
+    return [{"epoch": int(r["epoch"]), **{k: r.get(k) for k in
+                                          ("val_top1", "top1", "train_seconds", "wall_seconds")}}
+            for r in rows]
 
 
 def finished(run_dir: Path) -> dict | None:
@@ -219,8 +215,13 @@ def evaluate_run(recipe, seed, run_dir, overrides, split, log, timeout) -> dict:
     return scored
 
 
+def pass_overrides(args) -> dict:
+    """The flags a smoke or quick pass sets over each recipe (none for the full schedule)."""
+    return dict(SMOKE if args.smoke else QUICK if args.quick else {})
+
+
 def run_one(experiment: str, recipe: str, seed: int, args, path: Path, runs: Path) -> dict:
-    overrides = dict(SMOKE if args.smoke else QUICK if args.quick else {})
+    overrides = pass_overrides(args)
     key = run_key(recipe, seed, overrides)
     run_dir = runs / f"{recipe}-s{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -417,8 +418,7 @@ def main(argv=None) -> dict:
             done = done_keys(path)
             for seed in args.seeds:
                 for recipe in recipes:
-                    key = run_key(recipe, seed, dict(SMOKE if args.smoke else
-                                                     QUICK if args.quick else {}))
+                    key = run_key(recipe, seed, pass_overrides(args))
                     if key in done:
                         print(f"  seed {seed} {recipe}: already in {path.name}, skipped",
                               flush=True)

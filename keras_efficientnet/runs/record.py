@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import math
@@ -419,3 +420,10 @@ class Results(Record):
     def scores(self) -> dict:
         """The scores present (`_SCORES` names that are not null)."""
         return {name: getattr(self, name) for name in _SCORES if getattr(self, name) is not None}
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The rows of a run's metrics.csv (METRICS), as dicts of floats (None for empty cells)."""
+    with open(path, newline="") as f:
+        return [{k: (float(v) if v != "" else None) for k, v in row.items()}
+                for row in csv.DictReader(f)]

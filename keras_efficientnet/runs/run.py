@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -73,9 +72,7 @@ class Run:
         path = self.files.metrics
         if path.is_file():
             try:
-                with open(path, newline="") as f:
-                    return [{k: float(v) if v != "" else None for k, v in row.items()}
-                            for row in csv.DictReader(f)]
+                return record.read_metrics(path)
             except (OSError, ValueError, UnicodeDecodeError) as error:
                 raise ValueError(f"{path}: not a metrics table ({error})") from None
         results = self.results()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import keras
 
+from keras_efficientnet.runs.record import read_metrics
+
 # train_seconds: the run's training time so far (each epoch from its start to its last batch,
 # so validation and checkpoints are left out); wall_seconds: the run's time so far, all of it.
 # Both continue across resumes, so that accuracy can be drawn against time (benchmarks).
@@ -80,8 +82,3 @@ def _cell(value) -> str:
     return repr(value) if math.isfinite(value) else ""
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """The rows of a metrics.csv, as dicts of floats (None for empty cells)."""
-    with open(path, newline="") as f:
-        return [{k: (float(v) if v != "" else None) for k, v in row.items()}
-                for row in csv.DictReader(f)]
