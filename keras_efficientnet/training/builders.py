@@ -10,12 +10,12 @@ import warnings
 import keras
 
 from keras_efficientnet import optimizers as opt_lib
-from keras_efficientnet.models.efficientnet import SCALING, EfficientNet
-from keras_efficientnet.models.presets import preset_config
+from keras_efficientnet.models.efficientnet import EfficientNet
 from keras_efficientnet.training.config import (
     ResolutionRuleWarning,
     TrainConfig,
     resolution_rule_problem,
+    resolved_resolutions,
 )
 from keras_efficientnet.training.export import export_saved_model, inference_model, save_model
 from keras_efficientnet.training.modes import MODE_TABLE
@@ -24,11 +24,10 @@ from keras_efficientnet.training.modes import MODE_TABLE
 def resolutions(config: TrainConfig) -> tuple[int, int]:
     """(train, test) resolutions, 0 meaning the variant's native resolution; warns
     (ResolutionRuleWarning) when a reduced-resolution recipe breaks train = test (mod 32)."""
-    native = SCALING[preset_config(config.model)["variant"]].resolution
     problem = resolution_rule_problem(config)
     if problem:
         warnings.warn(problem, ResolutionRuleWarning, stacklevel=2)
-    return config.train_resolution or native, config.test_resolution or native
+    return resolved_resolutions(config)
 
 
 def use_one_hot(config: TrainConfig) -> bool:

@@ -358,6 +358,12 @@ def native_resolution(model: str) -> int:
     return SCALING[preset_config(model)["variant"]].resolution
 
 
+def resolved_resolutions(config: TrainConfig) -> tuple[int, int]:
+    """(train, test) resolutions, 0 meaning the preset's native resolution."""
+    native = native_resolution(config.model)
+    return config.train_resolution or native, config.test_resolution or native
+
+
 def resolution_rule_problem(config: TrainConfig) -> str | None:
     """One line saying how a reduced-resolution recipe breaks train_res = test_res (mod 32), or
     None when it keeps the rule (or trains and tests at one resolution).
@@ -369,8 +375,7 @@ def resolution_rule_problem(config: TrainConfig) -> str | None:
     mode = MODE_TABLE[config.mode]
     if not (mode.trains and mode.finetunes):  # one phase at one resolution
         return None
-    native = native_resolution(config.model)
-    train, test = config.train_resolution or native, config.test_resolution or native
+    train, test = resolved_resolutions(config)
     if train % 32 == test % 32:
         return None
     # The paper's reduced resolutions keep about half the pixels (B0: 160 for 224).
