@@ -192,12 +192,16 @@ def read_wall_times(directory: Path) -> dict:
 
 
 def record_wall_time(directory: Path, step: Step, mode: RunMode, seconds: float,
-                     load: tuple[float, float]) -> None:
-    """Stores the wall time of a finished module run (atomically: a stop keeps the old file)."""
+                     load: tuple[float, float], cpu_seconds: float | None = None) -> None:
+    """Stores the wall time of a finished module run (atomically: a stop keeps the old file),
+    with the load average before and after it and its CPU seconds (user + system time of the
+    module and its children): on a shared machine the wall time is loaded, the CPU time much
+    less so, which is what a quiet estimate starts from."""
     times = read_wall_times(directory)
     times.setdefault("quick" if mode.quick else "full", {})[step.label] = {
         "seconds": round(seconds, 1), **this_machine(),
         "load_average_1m": [round(load[0], 2), round(load[1], 2)],
+        **({} if cpu_seconds is None else {"cpu_seconds": round(cpu_seconds, 1)}),
         "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")}
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f"{WALL_TIMES}.tmp"
@@ -265,14 +269,19 @@ def run(targets: Sequence[str], mode: RunMode, options: Sequence[str], directory
                 *(["--output-dir", output_dir] if output_dir else [])]
         print(f"\n== {target}: {' '.join(argv[1:] if not step.command else argv)}", flush=True)
         load, started = os.getloadavg()[0], time.perf_counter()
-        status = subprocess.call(argv, cwd=REPO)
-        seconds = time.perf_counter() - started
+        proc = subprocess.Popen(argv, cwd=REPO)
+        # wait4 rather than wait: the rusage of the module and every child it waited for.
+        _, code, usage = os.wait4(proc.pid, 0)
+        proc.returncode = status = os.waitstatus_to_exitcode(code)  # reaped here
+        seconds, cpu = time.perf_counter() - started, usage.ru_utime + usage.ru_stime
+        end_load = os.getloadavg()[0]
         if status:
             print(f"{target}: {step.label} failed (exit status {status}) after "
                   f"{_minutes(seconds)}; run it again to resume", flush=True)
             return status
-        record_wall_time(directory, step, mode, seconds, (load, os.getloadavg()[0]))
-        print(f"{target}: {step.label} took {_minutes(seconds)}", flush=True)
+        record_wall_time(directory, step, mode, seconds, (load, end_load), cpu)
+        print(f"{target}: {step.label} took {_minutes(seconds)} ({cpu:.0f} CPU s; load "
+              f"{load:.1f} -> {end_load:.1f})", flush=True)
     return 0
 
 

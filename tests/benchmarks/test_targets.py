@@ -72,6 +72,9 @@ def test_a_rerun_skips_finished_modules_and_resumes_after_a_failure(stand_in_tar
     assert set(times) == {"stand_in one", "stand_in two"}
     assert all(t["seconds"] > 0 and t["cores"] == common.machine()["cores"]
                for t in times.values())
+    # The module's CPU seconds (its Python start-up and imports at least), which a loaded
+    # machine stretches less than its wall time: never more than every core for the whole run.
+    assert all(0 < t["cpu_seconds"] <= t["seconds"] * t["cores"] + 0.1 for t in times.values())
     # Everything finished for this code and configuration: nothing runs again, and the
     # expectation says so.
     assert run(out, "first", "second") == 0
