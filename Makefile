@@ -47,7 +47,7 @@ help:
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e ".[cpu,digits,test]"
+	$(VENV)/bin/pip install -q -e ".[cpu,digits,test,deploy]"
 	touch $@
 
 # A second environment with Keras and JAX but *no TensorFlow*: it proves that the model,

@@ -1,13 +1,19 @@
 """`keras-efficientnet-export SOURCE --output=PATH`: a trained model as a serving artifact.
 
 SOURCE is a run directory (its final model, `model.keras`) or a `.keras` file. `--format`
-chooses the artifact; today's one is `saved_model`: a TensorFlow SavedModel whose
-`serving_default` signature takes uint8 images `[batch, height, width, 3]` and returns class
-probabilities, written as `--export_dir` writes it at the end of training
-(`training.export.export_saved_model`: atomic, and an earlier export of ours at PATH is
-replaced whole while a folder holding anything else is refused).
+chooses the artifact, each taking uint8 images `[batch, height, width, 3]` and returning class
+probabilities:
 
-SOURCE, the model file and PATH are checked before TensorFlow loads; each failure is one line.
+- `saved_model`: a TensorFlow SavedModel (`serving_default`), written as `--export_dir` writes
+  it at the end of training (`training.export.export_saved_model`: atomic, and an earlier
+  export of ours at PATH is replaced whole while a folder holding anything else is refused);
+- `onnx`: an ONNX file (PATH, e.g. model.onnx) made for CPU runtimes, norms and affines folded
+  into the convolutions (`keras_efficientnet.deploy.export_onnx`);
+- `openvino`: OpenVINO IR (PATH.xml and PATH.bin) of that graph (`deploy.export_openvino`).
+
+`onnx` and `openvino` need the `deploy` extra (pip install 'keras-efficientnet[deploy]').
+SOURCE, the model file, PATH and the installed runtimes are checked before TensorFlow loads;
+each failure is one line.
 """
 
 from __future__ import annotations
@@ -28,17 +34,23 @@ from keras_efficientnet.cli.parser import model_file as run_model_file
 from keras_efficientnet.runs import record, weights
 
 RUN_MODEL_FILE = record.MODEL  # the final model a run writes
-FORMATS = ("saved_model",)
+FORMATS = ("saved_model", "onnx", "openvino")
+# The packages each format needs beyond the base install (all in the `deploy` extra).
+FORMAT_PACKAGES = {"saved_model": (), "onnx": ("onnx",), "openvino": ("onnx", "openvino")}
+DEPLOY_EXTRA = "pip install 'keras-efficientnet[deploy]'"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser("keras-efficientnet-export", __doc__)
     parser.add_argument("source", metavar="SOURCE", help="a run directory (its model.keras) or "
                         "a .keras model file")
-    parser.add_argument("--output", default="", help="the folder to write (required); an "
-                        "earlier export there is replaced")
+    parser.add_argument("--output", default="", help="what to write (required): the "
+                        "SavedModel's folder (an earlier export there is replaced), the .onnx "
+                        "file, or the OpenVINO .xml file (its .bin beside it)")
     parser.add_argument("--format", default="saved_model", choices=FORMATS,
-                        help="what to write: saved_model = TensorFlow SavedModel")
+                        help="what to write: saved_model = TensorFlow SavedModel; onnx = ONNX "
+                        "for CPU runtimes; openvino = OpenVINO IR (onnx and openvino need the "
+                        "deploy extra)")
     add_verbosity(parser)
     return parser
 
@@ -55,12 +67,41 @@ def model_file_of(source: str) -> Path:
     return Path(run_model_file(source, flag="SOURCE"))
 
 
+def check_packages(names) -> None:
+    """BadInput naming the first of `names` (import names) that is not installed."""
+    import importlib.util
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            raise BadInput(f"{name} is not installed: {DEPLOY_EXTRA}")
+
+
+def output_path(args) -> Path:
+    """The file `--output` names for onnx (as given) and openvino (".xml" appended where
+    missing); BadInput where it is a folder or a link."""
+    path = Path(args.output)
+    if args.format == "openvino" and path.suffix != ".xml":
+        path = path.with_name(path.name + ".xml")
+    for written in (path, path.with_suffix(".bin")) if args.format == "openvino" else (path,):
+        if written.is_symlink() or (written.exists() and not written.is_file()):
+            raise BadInput(f"--output={args.output!r}: {written} is a link or a folder; give "
+                           f"the {args.format} file to write")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise BadInput(f"--output={args.output!r}: {path.parent} is not a folder")
+    return path
+
+
 def _check(args) -> Path:
     model = model_file_of(args.source)
     check_model_file(str(model), flag="SOURCE")
     if not args.output:
-        raise BadInput("--output is required: the folder to write, e.g. "
-                       "--output=runs/default/saved_model")
+        example = {"saved_model": "runs/default/saved_model", "onnx": "runs/default/model.onnx",
+                   "openvino": "runs/default/model.xml"}[args.format]
+        raise BadInput(f"--output is required: what to write, e.g. --output={example}")
+    check_packages(FORMAT_PACKAGES[args.format])
+    if args.format != "saved_model":
+        output_path(args)
+        return model
     from keras_efficientnet.training.run_dir import check_export_dir
 
     try:
@@ -77,7 +118,6 @@ def _export(argv: list[str]) -> int:
 
     quiet.import_tensorflow(verbose=args.verbosity > 0)
     from keras_efficientnet.registration import load_model
-    from keras_efficientnet.training.export import export_saved_model
 
     try:  # registers the package's classes with Keras first
         model = load_model(model_file)
@@ -85,16 +125,36 @@ def _export(argv: list[str]) -> int:
         raise BadInput(f"{model_file}: Keras cannot load this model "
                        f"({errors.one_line(error)})") from None
     try:
-        written = export_saved_model(model, args.output)
+        written = _write(model, args)
     except Exception as error:  # a refused write (RUN_FAILED), a bad path (BAD_INPUT)
         described = errors.describe(error)
         if described is None:
             raise
         print(described[0], file=sys.stderr, flush=True)
         return described[1]
-    print(f"wrote {args.format} {written} from {model_file} (serving_default: uint8 images "
-          f"{tuple(model.inputs[0].shape)} in, probabilities out)")
+    shape = tuple(model.inputs[0].shape)
+    entry = "serving_default" if args.format == "saved_model" else "images"
+    print(f"wrote {args.format} {written} from {model_file} ({entry}: uint8 images {shape} in, "
+          "probabilities out)")
     return DONE
+
+
+def _write(model, args) -> Path:
+    """Writes `model` in `args.format`; returns what was written."""
+    if args.format == "saved_model":
+        from keras_efficientnet.training.export import export_saved_model
+
+        return export_saved_model(model, args.output)
+    try:
+        if args.format == "onnx":
+            from keras_efficientnet.deploy import export_onnx
+
+            return export_onnx(model, output_path(args))
+        from keras_efficientnet.deploy import export_openvino
+
+        return export_openvino(model, output_path(args))
+    except ValueError as error:  # a layer the exporter does not know, a model of any size
+        raise BadInput(f"SOURCE {args.source!r}: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,7 +81,12 @@ def test_bad_input_is_one_line_before_tensorflow_loads(run, tmp_path):
         ([str(tmp_path / "empty_run")], "is a folder without model.keras"),
         ([str(tmp_path / "fake.keras"), "--output=x"], "not a Keras model file"),
         ([good], "error: --output is required"),
-        ([good, "--output=x", "--format=onnx"], "argument --format: invalid choice: 'onnx'"),
+        ([good, "--output=x", "--format=tflite"],
+         "argument --format: invalid choice: 'tflite'"),
+        ([good, "--format=onnx"], "error: --output is required: what to write, e.g. "
+                                  "--output=runs/default/model.onnx"),
+        ([good, f"--output={tmp_path / 'taken'}", "--format=onnx"],
+         "is a link or a folder; give the onnx file to write"),
         ([good, f"--output={tmp_path / 'taken'}"],
          f"error: --output={str(tmp_path / 'taken')!r} is a non-empty directory"),
     ]:
@@ -90,3 +95,28 @@ def test_bad_input_is_one_line_before_tensorflow_loads(run, tmp_path):
         assert (done.returncode, done.stdout) == (2, ""), (argv, done.stderr)
         assert message in done.stderr and done.stderr.count("\n") == 1, (argv, done.stderr)
     assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("fmt, name", [("onnx", "model.onnx"), ("openvino", "model")])
+def test_a_run_exports_for_cpu_runtimes(run, tmp_path, capsys, fmt, name):
+    pytest.importorskip("onnx", reason="onnx is not installed (the `deploy` extra)")
+    root, images, expected = run
+    out = tmp_path / name
+    assert export.main(["export", str(root / "run"), f"--output={out}", f"--format={fmt}"]) == 0
+    if fmt == "onnx":
+        ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        served = session.run(None, {"images": images})[0]
+    else:
+        ov = pytest.importorskip("openvino", reason="openvino is not installed")
+        out = tmp_path / "model.xml"
+        served = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(
+            images)[0]
+    assert capsys.readouterr().out.startswith(f"wrote {fmt} {out} from ")
+    np.testing.assert_allclose(served, expected, rtol=0, atol=1e-5)
+
+
+def test_a_missing_runtime_is_named_with_the_extra_to_install():
+    with pytest.raises(export.BadInput, match=r"^no_such_runtime is not installed: pip install "
+                       r"'keras-efficientnet\[deploy\]'$"):
+        export.check_packages(["json", "no_such_runtime"])
