@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from keras_efficientnet.cli.errors import BadInput
 from keras_efficientnet.cli.parser import (
@@ -24,7 +25,8 @@ from keras_efficientnet.cli.parser import (
     model_file,
     run_command,
 )
-from keras_efficientnet.datasets.source_table import missing_local_folder
+from keras_efficientnet.datasets.options import HoldOut
+from keras_efficientnet.datasets.source_table import local_folder_problem
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,11 +38,50 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data_dir", default="", help="data directory of the source")
     parser.add_argument("--eval_split", default="validation", help="the split to score "
                         "(--split is its deprecated spelling)")
+    parser.add_argument("--validation_split", type=float, default=None, help="an image folder "
+                        "without a held-out split: score the share of each class of "
+                        "--train_split that training held out with this --validation_split; "
+                        "default: the run's own, where the model file sits in a run "
+                        "directory (its config.json) of the same --dataset, else none")
+    parser.add_argument("--train_split", default=None, help="the split --validation_split "
+                        "holds out of (default: the run's, else train)")
     parser.add_argument("--resolution", type=int, default=0, help="0 = the model's")
     parser.add_argument("--batch_size", type=int, default=32, help="images per batch")
     parser.add_argument("--steps", type=int, default=0, help="batches to score; 0 = all")
     add_verbosity(parser)
     return parser
+
+
+def hold_out(args) -> HoldOut | None:
+    """The hold-out to score (`--validation_split`, else the run's beside the model file);
+    BadInput for a fraction outside [0, 1)."""
+    fraction, pool = args.validation_split, args.train_split
+    if fraction is None or pool is None:
+        saved = _run_settings(args.model_file, args.dataset)
+        fraction = saved.get("validation_split", 0.0) if fraction is None else fraction
+        pool = pool or saved.get("train_split") or "train"
+    if not fraction:
+        return None
+    try:
+        return HoldOut(fraction, pool)
+    except ValueError as error:
+        raise BadInput(str(error)) from None
+
+
+def _run_settings(model_file: str | None, dataset: str) -> dict:
+    """The config of the run whose directory holds `model_file` (its config.json), where that
+    run read `dataset`; else {}."""
+    from keras_efficientnet.runs.record import RecordError
+    from keras_efficientnet.training.run_config import read_run_config
+
+    if not model_file:
+        return {}
+    try:
+        record = read_run_config(Path(model_file).parent)
+    except (RecordError, OSError, ValueError):
+        return {}
+    saved = (record or {}).get("config", {})
+    return saved if saved.get("dataset") == dataset else {}
 
 
 def _check(args) -> None:
@@ -49,8 +90,9 @@ def _check(args) -> None:
     for name, low in (("batch_size", 1), ("steps", 0), ("resolution", 0)):
         if getattr(args, name) < low:
             raise BadInput(f"--{name}={getattr(args, name)}: must be at least {low}")
+    args.hold_out = hold_out(args)
     try:
-        problem = missing_local_folder(args.dataset, args.eval_split)
+        problem = local_folder_problem(args.dataset, (args.eval_split,), args.hold_out)
     except ValueError as error:  # an unknown kind or a missing argument
         raise BadInput(f"--dataset: {error}") from None
     if problem:
@@ -90,9 +132,11 @@ def _run(args) -> dict:
     options = datasets.InputOptions(
         source=args.dataset, split=args.eval_split, image_size=resolution,
         batch_size=args.batch_size, training=False, augment=False, mix=False, repeat=False,
-        data_dir=args.data_dir or None, num_classes=model.output_shape[-1])
+        data_dir=args.data_dir or None, num_classes=model.output_shape[-1],
+        hold_out=args.hold_out)
     examples = datasets.dataset_info(options.source, options.split, data_dir=options.data_dir,
-                                     num_classes=options.num_classes).num_examples
+                                     num_classes=options.num_classes,
+                                     hold_out=options.hold_out).num_examples
     batches = -(-examples // args.batch_size)  # the last one partial
     return score(model, datasets.make_dataset(options),
                  min(batches, args.steps) if args.steps else batches)
@@ -105,7 +149,10 @@ def _evaluate(argv: list[str]) -> int:
         result = _run(args)
     except (ValueError, FileNotFoundError) as error:  # the data source's, found reading it
         raise BadInput(str(error)) from None
-    print(f"{args.model_file} on {args.dataset} ({args.eval_split}, {result['images']} images): "
+    held = (f", held out of {args.hold_out.pool} by --validation_split="
+            f"{args.hold_out.fraction:g}" if args.hold_out else "")
+    print(f"{args.model_file} on {args.dataset} ({args.eval_split}{held}, {result['images']} "
+          f"images): "
           f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  loss {result['loss']:.4f}  "
           f"{result['images_per_second']:.1f} images/s")
     return 0

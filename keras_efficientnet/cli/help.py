@@ -13,7 +13,8 @@ from keras_efficientnet.cli.errors import exit_status_help
 GROUPS = {
     "recipe": ("recipe", "flagfile"),
     "model": ("model", "weights", "classes", "dropout_rate", "drop_connect_rate"),
-    "data": ("dataset", "data_dir", "train_split", "eval_split", "train_resolution",
+    "data": ("dataset", "data_dir", "train_split", "eval_split", "validation_split",
+             "train_resolution",
              "test_resolution", "crop_area_min", "random_flip", "mixup_alpha", "cutmix_lambda",
              "cutmix_version", "eval_resize_ratio", "eval_flip", "allow_empty_classes", "cache",
              "shuffle_buffer", "host_threads"),

@@ -21,7 +21,7 @@ from keras_efficientnet.cli import errors, quiet
 from keras_efficientnet.cli.flags import config_from_flags, define_flags
 from keras_efficientnet.cli.help import grouped_help
 from keras_efficientnet.cli.parser import HELP_FLAGS, parse_absl_flags
-from keras_efficientnet.datasets.source_table import missing_local_folder
+from keras_efficientnet.datasets.source_table import local_folder_problem
 from keras_efficientnet.training.modes import MODE_TABLE
 from keras_efficientnet.training.plan import STRATEGY_TABLE
 from keras_efficientnet.training.preemption import Preempted
@@ -52,8 +52,12 @@ def cpu_oversubscription(config) -> str | None:
 
 def check_local_folder(config) -> None:
     """The one data check cheap enough for before TensorFlow loads beside the source table's
-    (TrainConfig's): a local image folder that is not there (the pipeline checks the rest)."""
-    problem = missing_local_folder(config.dataset)
+    (TrainConfig's): a local image folder that is not there or lacks a split the mode reads
+    (the pipeline checks the rest)."""
+    mode = MODE_TABLE[config.mode]
+    splits = ((config.train_split,) if mode.trains or mode.finetunes else ()) + (
+        config.eval_split,)
+    problem = local_folder_problem(config.dataset, splits, config.hold_out)
     if problem:
         raise ValueError(f"{problem} (--dataset={config.dataset})")
 

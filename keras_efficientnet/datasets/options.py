@@ -9,6 +9,8 @@ the training config and `predict` can use them before TensorFlow loads.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import math
 import operator
 import os
 from dataclasses import dataclass
@@ -23,6 +25,50 @@ EVAL_RESIZE_RATIO = 256.0 / 224.0
 # Files an image folder (and `predict`'s folder argument) may hold, compared lower-case.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 CUTMIX_VERSIONS = (1, 2)
+
+
+# The hold-out's hash key: the same held-out images whatever the run's --seed.
+HOLD_OUT_SEED = 0
+
+
+@dataclass(frozen=True)
+class HoldOut:
+    """The held-out split carved out of the pool split where the folder has none.
+
+    Args:
+      fraction: in (0, 1): the share of each class's images held out, rounded half up, at
+        least one image of each class left to train on.
+      pool: the split folder (or, for a plain folder of class folders, the name of its one
+        pool) it comes out of: the training split; reading the pool gives the rest.
+      seed: keys the hash that ranks the images (`HOLD_OUT_SEED`).
+
+    Example:
+      >>> HoldOut(0.2).count(7)   # of a class with 7 images, 1.4 rounds to 1
+      1
+    """
+
+    fraction: float
+    pool: str = "train"
+    seed: int = HOLD_OUT_SEED
+
+    def __post_init__(self):
+        if not 0.0 < self.fraction < 1.0:  # NaN fails too
+            raise ValueError(f"--validation_split must be in (0, 1) (a fraction of each class "
+                             f"held out), received {self.fraction}")
+
+    def count(self, images: int) -> int:
+        """Images held out of a class of `images`: fraction x images rounded half up, at most
+        `images - 1` (every class keeps one training image)."""
+        return max(0, min(images - 1, math.floor(self.fraction * images + 0.5)))
+
+    def held_out(self, relative_paths: list[str]) -> set[str]:
+        """The held-out members of one class's `relative_paths` (paths inside the pool
+        folder, '/'-separated): the `count` of them whose keyed hash ranks lowest."""
+        key = str(self.seed).encode()
+        ranked = sorted(relative_paths, key=lambda p: (
+            hashlib.blake2b(p.encode("utf-8", "surrogateescape"), key=key,
+                            digest_size=8).digest(), p))
+        return set(ranked[:self.count(len(relative_paths))])
 
 
 def _positive_int(name: str, value) -> None:
@@ -79,6 +125,8 @@ class InputOptions:
       label_offset: subtracted from TFRecord labels (1 for TF-slim style 1-based ImageNet).
       allow_empty_classes: keep an image folder's class folders without images as classes
         (with a warning); refused by default, naming them.
+      hold_out: a `folder_layout.HoldOut` (image folders without a held-out split: the held-out
+        split is that stratified share of the pool split, the pool the rest); None = none.
 
     Example:
       >>> options = InputOptions("digits", "train", image_size=32, batch_size=64, training=True)
@@ -113,6 +161,7 @@ class InputOptions:
     aspect_range: tuple[float, float] = ASPECT_RANGE
     label_offset: int = 0
     allow_empty_classes: bool = False
+    hold_out: HoldOut | None = None
 
     def __post_init__(self):
         _positive_int("image_size", self.image_size)

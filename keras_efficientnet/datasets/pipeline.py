@@ -207,7 +207,8 @@ def read(options: InputOptions, input_context) -> sources.Records:
         options.source, options.split, data_dir=options.data_dir, input_context=input_context,
         shuffle_files=options.training, seed=_seed(options.seed, 0),
         image_size=options.image_size, num_classes=options.num_classes,
-        label_offset=options.label_offset, allow_empty_classes=options.allow_empty_classes)
+        label_offset=options.label_offset, allow_empty_classes=options.allow_empty_classes,
+        hold_out=options.hold_out)
 
 
 def _guard_for(records, options: InputOptions, input_context, counter: SkipCounter):

@@ -77,6 +77,25 @@ def parse_source(source: str) -> tuple[str, str]:
     return kind, argument
 
 
+def local_folder_problem(source: str, splits: tuple[str, ...] = (), hold_out=None
+                         ) -> str | None:
+    """Why `splits` of `source` cannot be read, where that is cheap to tell before TensorFlow
+    loads (a local image folder that is not there, or lacks a split: `folder_layout`), else
+    None; ValueError for a source `parse_source` refuses. `hold_out`: a
+    `datasets.options.HoldOut` (--validation_split)."""
+    missing = missing_local_folder(source, splits[0] if splits else "<split>")
+    kind, argument = parse_source(source)
+    if missing or not SOURCE_TABLE[kind].local_folder or "://" in argument:
+        return missing
+    from keras_efficientnet.datasets.folder_layout import check_splits
+
+    try:
+        check_splits(argument, splits, hold_out)
+    except (ValueError, OSError) as error:
+        return str(error)
+    return None
+
+
 def missing_local_folder(source: str, split: str = "<split>") -> str | None:
     """Why `source` cannot be read, where that is cheap to tell before TensorFlow loads (a local
     image folder that is not there), else None; ValueError for a source `parse_source`

@@ -123,7 +123,8 @@ def input_options(config: TrainConfig):
         cache=config.cache, seed=config.seed, deterministic=config.deterministic or None,
         private_threadpool_size=config.host_threads or None,
         eval_resize_ratio=config.eval_resize_ratio, area_range=(config.crop_area_min, 1.0),
-        random_flip=config.random_flip, allow_empty_classes=config.allow_empty_classes)
+        random_flip=config.random_flip, allow_empty_classes=config.allow_empty_classes,
+        hold_out=config.hold_out)
 
 
 def build_datasets(config: TrainConfig, resolution: int, *, training: bool, split: str,
@@ -156,7 +157,8 @@ def split_info(config: TrainConfig, split: str):
     from keras_efficientnet import datasets
 
     return datasets.dataset_info(config.dataset, split, data_dir=config.data_dir or None,
-                                 allow_empty_classes=config.allow_empty_classes)
+                                 allow_empty_classes=config.allow_empty_classes,
+                                 hold_out=config.hold_out)
 
 
 def class_names(config: TrainConfig) -> tuple[str, ...] | None:

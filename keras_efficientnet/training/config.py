@@ -10,7 +10,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO
+from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO, HoldOut
 from keras_efficientnet.datasets.source_table import parse_source
 from keras_efficientnet.training.modes import MODE_TABLE, MODES, modes_help
 from keras_efficientnet.training.plan import (
@@ -72,7 +72,14 @@ class TrainConfig:
     data_dir: str = _f("", "Data directory (tfds data_dir, where digits are written, or the "
                            "folder of the Fashion-MNIST idx files).")
     train_split: str = _f("train", "Split to train (and fine-tune) on.")
-    eval_split: str = _f("validation", "Held-out split to evaluate on.")
+    eval_split: str = _f("validation", "Held-out split to evaluate on (an image folder's "
+                                       "validation/, val/ or valid/).")
+    validation_split: float = _f(0.0, "An image folder without a held-out split (or a plain "
+                                      "folder of class folders): hold out this share of each "
+                                      "class of --train_split as --eval_split, the same images "
+                                      "in every run (chosen by file name); recorded in "
+                                      "config.json, so --mode=evaluate scores them too. 0 = "
+                                      "none.")
     crop_area_min: float = _f(0.05, "Smallest area fraction of the random training crop.")
     random_flip: bool = _f(True, "Random horizontal flips in training.")
     allow_empty_classes: bool = _f(False, "Keep class folders without images as classes (with "
@@ -188,6 +195,11 @@ class TrainConfig:
     def plan(self) -> ExecutionPlan:
         """The execution plan of these fields: batch sizes and step counts derive from it."""
         return plan_from_values(self.to_dict())
+
+    @property
+    def hold_out(self) -> HoldOut | None:
+        """The image folder hold-out of --validation_split (None when 0)."""
+        return HoldOut(self.validation_split, self.train_split) if self.validation_split else None
 
     @property
     def global_batch_size(self) -> int:
@@ -317,6 +329,9 @@ def _check_ranges(config: TrainConfig) -> None:
     for name in UNIT_INTERVAL_FIELDS:
         if not 0.0 <= getattr(config, name) < 1.0:
             raise ValueError(f"--{name} must be in [0, 1), received {getattr(config, name)}")
+    if not 0.0 <= config.validation_split < 1.0:
+        raise ValueError(f"--validation_split must be in [0, 1) (0 = no hold-out), received "
+                         f"{config.validation_split}")
     if not config.peer_timeout > 0:  # also refuses NaN
         raise ValueError(f"--peer_timeout must be > 0 seconds, received {config.peer_timeout}")
     if not 0.0 < config.crop_area_min <= 1.0:

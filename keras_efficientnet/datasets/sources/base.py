@@ -69,17 +69,22 @@ class Reader:
       label_offset: subtracted from stored labels (1 for TF-slim style ImageNet TFRecords).
       allow_empty_classes: keep a class folder without images as a class (with a warning)
         instead of refusing it (image folder sources).
+      hold_out: a `folder_layout.HoldOut`: where an image folder has no held-out split, its
+        held-out split is this share of the pool split's classes, and the pool the rest
+        (image folder sources; None: no hold-out).
     """
 
     def __init__(self, source: str, argument: str = "", *,
                  data_dir: str | os.PathLike | None = None, num_classes: int | None = None,
-                 label_offset: int = 0, allow_empty_classes: bool = False):
+                 label_offset: int = 0, allow_empty_classes: bool = False,
+                 hold_out=None):
         self.source = source
         self.argument = argument
         self.data_dir = data_dir
         self.num_classes = num_classes
         self.label_offset = label_offset
         self.allow_empty_classes = allow_empty_classes
+        self.hold_out = hold_out
 
     def info(self, split: str) -> DatasetInfo:
         """Size and classes of `split`, without building a pipeline."""

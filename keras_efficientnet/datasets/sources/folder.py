@@ -1,4 +1,5 @@
-"""`folder:PATH`: an image folder `PATH/<split>/<class>/**/*.jpg|png|...`, labels by class."""
+"""`folder:PATH`: an image folder `PATH/<split>/<class>/**/*.jpg|png|...` or `PATH/<class>/...`
+(`datasets.folder_layout`), labels by class."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_efficientnet.datasets.folder_layout import HoldOut, SplitFolder, locate_split
 from keras_efficientnet.datasets.options import IMAGE_EXTENSIONS  # anything else: not listed
 from keras_efficientnet.datasets.sources.base import DatasetInfo, Reader, Records
 
@@ -30,7 +32,8 @@ MAX_LISTINGS = 4
 @dataclasses.dataclass(frozen=True)
 class Listing:
     """One split of an image folder: image paths, their labels, the class names, the images
-    of each class, and the modification time (ns) of every folder read to list them."""
+    of each class (in the whole split folder, before any hold-out), the split folder itself,
+    and the modification time (ns) of every folder read to list them."""
 
     paths: tuple[str, ...]
     labels: tuple[int, ...]
@@ -38,6 +41,7 @@ class Listing:
     counts: tuple[int, ...]
     folders: tuple[tuple[str, int], ...]
     settled: bool
+    split_dir: str = ""
 
     def unchanged(self) -> bool:
         try:
@@ -47,7 +51,7 @@ class Listing:
             return False
 
 
-_LISTINGS: dict[tuple[str, str, str], Listing] = {}
+_LISTINGS: dict[tuple, Listing] = {}
 _LOCK = threading.Lock()
 _WARNED: set[str] = set()  # empty class folders already warned about (once per process)
 
@@ -57,17 +61,17 @@ def _subfolders(directory: Path, folders: list) -> list[str]:
     return sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
 
 
-def _check_same_classes(root: Path, split: str, splits: list[str], classes: list[str],
-                        folders: list) -> None:
-    for other in splits:
-        other_classes = _subfolders(root / other, folders) if other != split else classes
+def _check_same_classes(located: SplitFolder, classes: list[str], folders: list) -> None:
+    for other in located.siblings:
+        other_classes = _subfolders(other, folders) if other != located.folder else classes
         if other_classes and other_classes != classes:
             only_here = sorted(set(classes) - set(other_classes))
             only_there = sorted(set(other_classes) - set(classes))
             raise ValueError(
-                f"class folders differ between splits of {str(root)!r}: only in {split!r}: "
-                f"{only_here}; only in {other!r}: {only_there}. Every split needs the same class "
-                f"folders so that labels mean the same thing")
+                f"class folders differ between splits of {str(located.folder.parent)!r}: only "
+                f"in {located.folder.name!r}: {only_here}; only in {other.name!r}: "
+                f"{only_there}. Every split needs the same class folders so that labels mean "
+                f"the same thing")
 
 
 def _images_under(folder: Path, folders: list) -> list[str]:
@@ -80,55 +84,56 @@ def _images_under(folder: Path, folders: list) -> list[str]:
     return found
 
 
-def _list(root: Path, split: str) -> Listing:
+def _list(root: Path, split: str, hold_out: HoldOut | None) -> Listing:
     started = time.time()
-    if not root.is_dir():
-        raise FileNotFoundError(f"image folder {str(root)!r} does not exist; expected the layout "
-                                f"{root}/<split>/<class>/*.jpg (or .png)")
-    folders: list[tuple[str, int]] = []
-    splits = _subfolders(root, folders)
-    split_dir = root / split
-    if not split_dir.is_dir():
-        raise ValueError(f"split {split!r} not found in image folder {str(root)!r}; "
-                         f"available splits: {splits}")
+    located = locate_split(root, split, hold_out)
+    folders: list[tuple[str, int]] = [(str(root), os.stat(root).st_mtime_ns)]
+    split_dir = located.folder
     classes = _subfolders(split_dir, folders)
     if not classes:
         raise ValueError(f"split {split!r} of {str(root)!r} has no class folders; expected "
                          f"{split_dir}/<class>/*.jpg")
-    _check_same_classes(root, split, splits, classes, folders)
+    _check_same_classes(located, classes, folders)
     paths, labels, counts = [], [], []
     for label, name in enumerate(classes):
         found = _images_under(split_dir / name, folders)
+        counts.append(len(found))
+        if located.part != "all":
+            inside = [os.path.relpath(path, split_dir).replace(os.sep, "/") for path in found]
+            held = hold_out.held_out(inside)
+            found = [path for path, rel in zip(found, inside)
+                     if (rel in held) == (located.part == "held_out")]
         paths += found
         labels += [label] * len(found)
-        counts.append(len(found))
     if not paths:
         raise ValueError(f"split {split!r} of {str(root)!r} has no images "
                          f"({', '.join('*' + e for e in IMAGE_EXTENSIONS)}) in its "
                          f"{len(classes)} class folders")
     settled = max(mtime for _, mtime in folders) < (started - SETTLED_SECONDS) * 1e9
     return Listing(tuple(paths), tuple(labels), tuple(classes), tuple(counts), tuple(folders),
-                   settled)
+                   settled, str(split_dir))
 
 
-def folder_listing(root: str | os.PathLike, split: str,
-                   allow_empty_classes: bool = False) -> Listing:
-    """The listing of `root/<split>`, walked once and reused while the folders are unchanged
-    (see SETTLED_SECONDS). Labels index the sorted class folder names; every other split
-    folder under `root` that has class folders must have the same ones. A class folder without
+def folder_listing(root: str | os.PathLike, split: str, allow_empty_classes: bool = False,
+                   hold_out: HoldOut | None = None) -> Listing:
+    """The listing of `split` of `root` (`folder_layout.locate_split`: a split folder, the
+    held-out folder under any of its names, a plain folder of class folders, or `hold_out`'s
+    part of the pool split), walked once and reused while the folders are unchanged (see
+    SETTLED_SECONDS). Labels index the sorted class folder names; every other split folder
+    under `root` that has class folders must have the same ones. A class folder without
     images is refused, naming it, unless `allow_empty_classes` (then it stays a class that no
     image has, with a warning)."""
-    key = (os.path.abspath(root), os.fspath(root), split)
+    key = (os.path.abspath(root), os.fspath(root), split, hold_out)
     with _LOCK:
         listing = _LISTINGS.get(key)
     if listing is None or not listing.unchanged():
-        listing = _list(Path(root), split)
+        listing = _list(Path(root), split, hold_out)
         with _LOCK:
             _LISTINGS.pop(key, None)
             _LISTINGS[key] = listing
             while len(_LISTINGS) > MAX_LISTINGS:
                 _LISTINGS.pop(next(iter(_LISTINGS)))
-    _check_empty_classes(listing, Path(root) / split, allow_empty_classes)
+    _check_empty_classes(listing, Path(listing.split_dir), allow_empty_classes)
     return listing
 
 
@@ -151,10 +156,12 @@ def _check_empty_classes(listing: Listing, split_dir: Path, allowed: bool) -> No
                 "(--allow_empty_classes)", named)
 
 
-def list_image_folder(root: str | os.PathLike, split: str, allow_empty_classes: bool = False
+def list_image_folder(root: str | os.PathLike, split: str, allow_empty_classes: bool = False,
+                      hold_out: HoldOut | None = None
                       ) -> tuple[list[str], list[int], list[str]]:
-    """Lists `root/<split>/<class>/**/*.jpg|png|...` as (paths, labels, class names)."""
-    listing = folder_listing(root, split, allow_empty_classes)
+    """Lists `root/<split>/<class>/**/*.jpg|png|...` (see `folder_listing`) as (paths, labels,
+    class names)."""
+    listing = folder_listing(root, split, allow_empty_classes, hold_out)
     return list(listing.paths), list(listing.labels), list(listing.classes)
 
 
@@ -170,11 +177,12 @@ class FolderReader(Reader):
                            listing.classes)
 
     def info(self, split: str) -> DatasetInfo:
-        return self._info(split, folder_listing(self.root(), split, self.allow_empty_classes))
+        return self._info(split, folder_listing(self.root(), split, self.allow_empty_classes,
+                                                self.hold_out))
 
     def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
                 image_size=224) -> Records:
-        listing = folder_listing(self.root(), split, self.allow_empty_classes)
+        listing = folder_listing(self.root(), split, self.allow_empty_classes, self.hold_out)
         info = self._info(split, listing)
         paths, labels = list(listing.paths), np.asarray(listing.labels, np.int32)
         if not shuffle_files:

@@ -6,6 +6,7 @@ import os
 import shutil
 import time
 
+import numpy as np
 import pytest
 
 from keras_efficientnet.datasets import dataset_info, make_dataset
@@ -88,3 +89,43 @@ def test_predict_and_the_folder_source_take_the_same_image_files():
     from keras_efficientnet.datasets.sources import folder
 
     assert predict.IMAGE_EXTENSIONS is options.IMAGE_EXTENSIONS is folder.IMAGE_EXTENSIONS
+
+
+def test_a_held_out_folder_named_val_is_the_validation_split(folder):
+    os.rename(os.path.join(folder.root, "validation"), os.path.join(folder.root, "val"))
+    for split in ("validation", "val", "valid"):
+        info = dataset_info(f"folder:{folder.root}", split)
+        assert (info.num_examples, info.class_names) == (6, ("cat", "dog", "owl"))
+
+
+def test_a_plain_folder_of_class_folders_is_its_classes(folder):
+    train = os.path.join(folder.root, "train")
+    info = dataset_info(f"folder:{train}", "train")
+    assert (info.num_examples, info.class_names) == (12, ("cat", "dog", "owl"))
+    with pytest.raises(ValueError, match="folder of class folders .* --validation_split"):
+        dataset_info(f"folder:{train}", "validation")
+
+
+def test_the_hold_out_splits_each_class_and_reads_exactly_its_images(make_folder):
+    from keras_efficientnet.datasets import InputOptions
+    from keras_efficientnet.datasets.options import HoldOut
+
+    # 7 images a class, 0.3 held out: 2.1 rounds to 2 a class (by hand), 6 of 21 in all.
+    made = make_folder(counts={"train": 7})
+    root = os.path.join(made.root, "train")  # a plain folder of class folders
+    hold_out = HoldOut(0.3)
+    kept = dataset_info(f"folder:{root}", "train", hold_out=hold_out)
+    held = dataset_info(f"folder:{root}", "validation", hold_out=hold_out)
+    assert (kept.num_examples, held.num_examples) == (15, 6)
+    seen = {}
+    for split in ("train", "validation"):
+        options = InputOptions(f"folder:{root}", split, image_size=8, batch_size=32,
+                               training=False, hold_out=hold_out)
+        images, labels = next(iter(make_dataset(options)))
+        index = made.identify("train", images.numpy())
+        assert list(made.labels("train")[index]) == list(labels.numpy())
+        seen[split] = set(index.tolist())
+    assert not seen["train"] & seen["validation"]
+    assert seen["train"] | seen["validation"] == set(range(21))
+    per_class = np.bincount(made.labels("train")[sorted(seen["validation"])], minlength=3)
+    assert per_class.tolist() == [2, 2, 2]
