@@ -96,11 +96,41 @@ def check_weights(weights, config: dict) -> None:
             f"preset: {_fitting_presets(config['variant'])}")
 
 
+class WeightsDownloadError(ConnectionError):
+    """keras.applications' weights file is not in Keras' cache and could not be fetched."""
+
+
+def keras_cache_dir() -> str:
+    """The cache `keras.utils.get_file` uses by default, by Keras' own rule ($KERAS_HOME, else
+    ~/.keras; /tmp/.keras where that cannot be written), written out because Keras has no public
+    accessor for it; `weights_file` passes it to `get_file`, so the two always agree."""
+    home = os.path.expanduser("~")
+    base = os.path.expanduser(os.environ.get("KERAS_HOME") or os.path.join(
+        home if os.access(home, os.W_OK) else "/tmp", ".keras"))
+    return base if os.access(base, os.W_OK) else os.path.join("/tmp", ".keras")
+
+
 def weights_file(variant: str, with_top: bool) -> str:
-    """keras.applications' file for `variant`, through Keras' download cache (fetched once)."""
+    """keras.applications' file for `variant`, through Keras' download cache (fetched once);
+    WeightsDownloadError, one line saying where to put the file, when it cannot be fetched."""
     name = f"efficientnet{variant}{'' if with_top else '_notop'}.h5"
-    return keras.utils.get_file(name, WEIGHTS_URL + name, cache_subdir="models",
-                                file_hash=WEIGHTS_HASHES[variant][0 if with_top else 1])
+    cache = keras_cache_dir()
+    try:
+        return keras.utils.get_file(name, WEIGHTS_URL + name, cache_dir=cache,
+                                    cache_subdir="models",
+                                    file_hash=WEIGHTS_HASHES[variant][0 if with_top else 1])
+    except Exception as error:
+        # Keras reports a failed fetch as a bare Exception ("URL fetch failure on ...: ...");
+        # anything more specific (a hash mismatch is a ValueError) is not about the network.
+        if type(error) is not Exception and not isinstance(error, OSError):
+            raise
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(
+            error).__name__
+        raise WeightsDownloadError(
+            f"could not download keras.applications' ImageNet weights {name} ({reason}); "
+            f"offline, put that file at {os.path.join(cache, 'models', name)} (from "
+            f"{WEIGHTS_URL}{name}), "
+            f"or pass its path instead of 'imagenet'") from None
 
 
 def _attribute(group, name: str) -> list[str]:

@@ -93,7 +93,8 @@ def fetched(b0, monkeypatch):
     """`weights="imagenet"` offline: Keras' download function hands out the randomized files."""
     calls = []
 
-    def get_file(fname, origin, cache_subdir, file_hash):
+    def get_file(fname, origin, cache_dir, cache_subdir, file_hash):
+        assert cache_dir == pretrained.keras_cache_dir()
         calls.append((fname, origin, cache_subdir, file_hash))
         return str(b0["notop"] if fname.endswith("_notop.h5") else b0["top"])
 
@@ -212,3 +213,34 @@ def test_every_variant_loads_keras_applications_layout(tmp_path, variant):
     _assert_depends_on_the_image(expected["logits"])
     _assert_agrees(features, expected, floor, "stage5")
     _assert_agrees(logits, expected, floor, "logits")
+
+
+def _md5(path) -> str:
+    import hashlib
+
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_offline_imagenet_is_one_line_saying_where_the_file_goes_and_that_place_works(
+        b0, tmp_path, monkeypatch):
+    from keras_efficientnet.cli import errors
+
+    # Nothing listens on port 9 of this host: Keras' real download fails as it does offline.
+    monkeypatch.setattr(pretrained, "WEIGHTS_URL", "http://127.0.0.1:9/")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    (tmp_path / "keras").mkdir()
+    place = tmp_path / "keras" / "models" / "efficientnetb0_notop.h5"
+    with pytest.raises(pretrained.WeightsDownloadError) as caught:
+        ke.EfficientNet.from_preset("efficientnet-b0-g1-bn", weights="imagenet", classes=3,
+                                    input_shape=(SIZE, SIZE, 3))
+    message = str(caught.value)
+    assert "\n" not in message and "URL fetch failure" in message
+    assert f"put that file at {place} (from http://127.0.0.1:9/efficientnetb0_notop.h5)" in message
+    assert errors.describe(caught.value) == (f"error: {message}", errors.BAD_INPUT)
+    # Put there (the hash made to fit the randomized file), it loads with no network.
+    place.write_bytes(b0["notop"].read_bytes())
+    monkeypatch.setitem(pretrained.WEIGHTS_HASHES, "b0", ("unused", _md5(place)))
+    model = ke.EfficientNet.from_preset("efficientnet-b0-g1-bn", weights="imagenet",
+                                        include_top=False, pooling="avg",
+                                        input_shape=(SIZE, SIZE, 3))
+    _assert_agrees(_np(model(b0["images"])), b0, b0["floor"], "pooled")
