@@ -257,6 +257,42 @@ SMOKE = """\
 --verbose=2
 """
 
+FINETUNE_PHOTOS = """\
+# Fine-tunes a whole EfficientNet on your own photos: an image folder photos/train/<class>/*.jpg
+# with its held-out photos/val/<class>/*.jpg (or validation/, valid/; with no held-out folder,
+# or a plain folder photos/<class>/*.jpg, add --validation_split=0.1). Starts from
+# keras.applications' ImageNet weights for EfficientNet-B0 (G1-BN; downloaded once into Keras'
+# cache, or put there by hand offline, as the error says) and trains at the model's own
+# resolution (224px for B0), with random crops (down to a quarter of the area) and flips:
+# 10 epochs of momentum SGD under a cosine schedule, validated after every epoch, the best
+# model kept as best.keras beside the final model.keras. From a model of your own instead:
+# --weights=RUN --model=<that run's preset> (e.g. --weights=runs/pretrained
+# --model=efficientnet-tiny-g16-lnpn, at its own 64px). Accuracy depends on the photos; the
+# README's fine-tune section shows a run.
+# Run: keras-efficientnet-train --recipe=finetune-photos --dataset=folder:photos
+--mode=train
+--model=efficientnet-b0-g1-bn
+--weights=imagenet
+--model_dir=runs/photos
+--dataset=folder:photos
+--train_resolution=0
+--test_resolution=0
+--micro_batch_size=32
+--epochs=10
+--optimizer=sgd
+--learning_rate=0.01
+--momentum=0.9
+--lr_schedule=cosine
+--warmup_epochs=1
+--weight_decay=1e-5
+--label_smoothing=0.1
+--weight_average_decay=0
+--crop_area_min=0.25
+--random_flip
+--eval_every=1
+--seed=0
+"""
+
 # Fashion-MNIST: the tiny EfficientNet (half width, one block per stage) in recipes that share
 # every other flag (FASHION_SHARED). Images are 28x28, resized by the pipeline to the resolution
 # asked for, the same way for every recipe. Two tables:
@@ -406,6 +442,7 @@ def flagfiles() -> dict[str, str]:
     files["b4-g16-gn-lars-finetuned-ours.flags"] = LARS_B4_FINETUNED_OURS
     files["default.flags"] = DEFAULT
     files["smoke.flags"] = SMOKE
+    files["finetune-photos.flags"] = FINETUNE_PHOTOS
     for recipe in FASHION_RECIPES:
         files[f"fashion-mnist-{recipe}.flags"] = fashion_mnist(recipe)
     return files

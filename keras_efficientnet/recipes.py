@@ -49,10 +49,8 @@ def recipe_path(name: str) -> Path:
     return recipe_dir() / f"{name}{SUFFIX}"
 
 
-def expand_recipe(argv: list[str]) -> list[str]:
-    """`argv` with `--recipe=NAME` (or `--recipe NAME`) replaced by `--flagfile=PATH` placed
-    first after the program name, so that every flag given on the command line overrides the
-    recipe's, wherever it stands."""
+def _split_recipes(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(`argv[1:]` without its `--recipe` arguments, the recipe names given)."""
     rest, recipes = [], []
     arguments = iter(argv[1:])
     for arg in arguments:
@@ -68,7 +66,49 @@ def expand_recipe(argv: list[str]) -> list[str]:
             recipes.append(arg.split("=", 1)[1])
         else:
             rest.append(arg)
+    return rest, recipes
+
+
+def recipe_names(argv: list[str]) -> list[str]:
+    """The recipe names `argv` gives with `--recipe`."""
+    return _split_recipes(argv)[1]
+
+
+def expand_recipe(argv: list[str]) -> list[str]:
+    """`argv` with `--recipe=NAME` (or `--recipe NAME`) replaced by `--flagfile=PATH` placed
+    first after the program name, so that every flag given on the command line overrides the
+    recipe's, wherever it stands."""
+    rest, recipes = _split_recipes(argv)
     if len(recipes) > 1:
         raise ValueError(f"--recipe given {len(recipes)} times ({', '.join(recipes)}); give one")
     flagfiles = [f"--flagfile={recipe_path(name)}" for name in recipes]
     return [*argv[:1], *flagfiles, *rest]
+
+
+# Datasets small and built in, which some recipes are tuned for (their resolutions, flips and
+# schedule fit 32x32 digits or 28x28 clothes), and the recipe for a folder of photos instead.
+BUILT_IN_DATASETS = ("digits", "fashion_mnist", "synthetic")
+PHOTOS_RECIPE = "finetune-photos"
+# A recipe's flags a warning names: what makes it wrong for photos.
+TUNED_FLAGS = ("--model=", "--train_resolution=", "--test_resolution=", "--norandom_flip")
+
+
+def recipe_flags(name: str) -> list[str]:
+    """The flag lines of recipe `name`'s flagfile (its comments left out)."""
+    return [line.strip() for line in recipe_path(name).read_text().splitlines()
+            if line.strip().startswith("--")]
+
+
+def dataset_mismatch(name: str, dataset: str) -> str | None:
+    """A one-line warning when recipe `name` is tuned for a built-in dataset and the run reads
+    another (a folder of photos), naming the recipe's settings that would carry over and the
+    recipe to use; None otherwise."""
+    lines = recipe_flags(name)
+    tuned_for = next((line.split("=", 1)[1] for line in lines
+                      if line.startswith("--dataset=")), None)
+    if tuned_for not in BUILT_IN_DATASETS or dataset.partition(":")[0] in BUILT_IN_DATASETS:
+        return None
+    settings = [line for line in lines if line.startswith(TUNED_FLAGS)]
+    return (f"--recipe={name} is tuned for --dataset={tuned_for} ({' '.join(settings)}), "
+            f"which carry over to --dataset={dataset}; for photos use "
+            f"--recipe={PHOTOS_RECIPE}")

@@ -65,3 +65,52 @@ def test_a_recipe_and_its_overrides_from_another_directory(tmp_path):
     assert (done.returncode, done.stderr.count("\n")) == (2, 1)
     assert done.stderr.startswith("error: --recipe='nope' is not a recipe")
     assert seconds < 5, seconds  # before TensorFlow
+
+
+def test_a_digits_recipe_on_photos_names_what_carries_over_and_the_photos_recipe():
+    warning = recipes.dataset_mismatch("default", "folder:photos")
+    # default.flags, read by hand: digits at 64 px, tested at 96, no flips, the tiny model.
+    assert warning == (
+        "--recipe=default is tuned for --dataset=digits (--model=efficientnet-tiny-g16-lnpn "
+        "--train_resolution=64 --test_resolution=96 --norandom_flip), which carry over to "
+        "--dataset=folder:photos; for photos use --recipe=finetune-photos")
+    assert recipes.dataset_mismatch("default", "digits") is None
+    assert recipes.dataset_mismatch("smoke", "synthetic") is None  # built-in to built-in
+    assert recipes.dataset_mismatch("finetune-photos", "folder:photos") is None
+    assert recipes.dataset_mismatch("b0-g16-lnpn-half", "tfrecord:/data/x") is None
+    assert recipes.recipe_names(["train", "--recipe", "smoke", "--epochs=1"]) == ["smoke"]
+
+
+def test_the_photos_recipe_trains_at_the_model_resolution_with_flips_and_keeps_the_best():
+    from absl import flags
+
+    from keras_efficientnet.cli.flags import config_from_flags, define_flags
+    from keras_efficientnet.training.config import resolved_resolutions
+
+    values = flags.FlagValues()
+    define_flags(values)
+    values(["prog", f"--flagfile={recipes.recipe_path('finetune-photos')}"])
+    config = config_from_flags(values)
+    assert (config.model, config.weights) == ("efficientnet-b0-g1-bn", "imagenet")
+    assert resolved_resolutions(config) == (224, 224)  # B0's own, train and test
+    assert config.random_flip and config.crop_area_min == 0.25 and config.mode == "train"
+    assert config.eval_every == 1 and config.weight_average_decay == 0  # best.keras per epoch
+    assert config.epochs <= 10
+    values(["prog", "--model=efficientnet-tiny-g16-lnpn"])
+    assert resolved_resolutions(config_from_flags(values)) == (64, 64)
+
+
+def test_a_digits_recipe_on_a_folder_warns_in_one_line_before_tensorflow(tmp_path):
+    (tmp_path / "photos" / "train" / "cat").mkdir(parents=True)
+    done, seconds = _train("--recipe=smoke", "--dataset=folder:photos", "--mode=evaluate",
+                           f"--model_dir={tmp_path}/none", cwd=tmp_path)
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: --recipe=smoke is tuned for --dataset=digits (--model=efficientnet-tiny-g16-"
+        "lnpn --train_resolution=32 --test_resolution=64 --norandom_flip), which carry over "
+        "to --dataset=folder:photos; for photos use --recipe=finetune-photos"], done.stderr
+    # ... and the folder's missing held-out split is the one error, naming both fixes.
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "val/ or valid/" in errors[0], done.stderr
+    assert "--validation_split=0.1" in errors[0] and "Traceback" not in done.stderr

@@ -149,8 +149,10 @@ def asked_for_logs(flag_values) -> bool:
 
 def parse_command_line(argv: list[str]) -> list[str]:
     """`app.run`'s flags parser: `--recipe` becomes its flagfile, `--help` prints the project's
-    flags by group, absl's errors are one line (exit 2)."""
+    flags by group, absl's errors are one line (exit 2), and a recipe tuned for a built-in
+    dataset warns when the run reads another (`recipes.dataset_mismatch`)."""
     try:
+        names = recipes.recipe_names(argv)
         argv = recipes.expand_recipe(argv)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
@@ -162,7 +164,12 @@ def parse_command_line(argv: list[str]) -> list[str]:
     if any(arg in ("--helpfull", "-helpfull") for arg in options):  # absl's exits with 1
         print(flags.FLAGS.get_help())
         sys.exit(0)
-    return parse_absl_flags(argv)
+    remaining = parse_absl_flags(argv)
+    for name in names:  # a digits recipe run on photos says so once, before anything loads
+        mismatch = recipes.dataset_mismatch(name, flags.FLAGS.dataset)
+        if mismatch:
+            print(f"warning: {mismatch}", file=sys.stderr, flush=True)
+    return remaining
 
 
 def project_flag_names() -> list[str]:
