@@ -298,13 +298,13 @@ FINETUNE_PHOTOS = """\
 # asked for, the same way for every recipe. Two tables:
 # - at 40 px, every family trained and tested at that one resolution (is the paper's model on a
 #   par with EfficientNet at native resolution?); G1-BN here is the recipe chosen by the probes
-#   in README.md (flips only over-fits, crops down to 0.64 under-fits);
+#   in docs/results.md (flips only over-fits, crops down to 0.64 under-fits);
 # - at 96 px, where a reduced training resolution exists that keeps the paper's rule train_res
 #   = test_res (mod 32) and about half the pixels: 64 px (0.44 of the pixels; 32 -> 40 broke
 #   the rule: the last feature map is 1x1 in training and 2x2 at test). The reduced recipes
 #   zoom their crops down to (64/96)^2 of the area so that garments meet the fine-tune at sizes
 #   they trained on, and fine-tune the head at 96 px as Graphcore does. The probes that chose
-#   this (FASHION_PROBES) open the reduced recipes' headers; README.md has the table.
+#   this (FASHION_PROBES) open the reduced recipes' headers; docs/results.md has the table.
 FASHION_EPOCHS = 22
 FASHION_NATIVE_CROP_AREA_MIN = 0.85
 FASHION96_EPOCHS = 12
@@ -335,7 +335,7 @@ FASHION_RECIPES = {
                             "trained at 64px and its head fine-tuned at 96px (the paper's "
                             "recipe)", FASHION96_REDUCED, 96, FASHION96_EPOCHS, True),
 }
-# Results measured on this project's 2-core machine (README.md holds the
+# Results measured on this project's 2-core machine (docs/results.md holds the
 # tables and the commands); recipes without an entry say they have not run at full length.
 FASHION_MEASURED = {
     "g1-bn-native": ("seeds 0, 1, 2: test top-1 0.928 +/- 0.005 (95% t) in one pass, 0.931 +/- "
