@@ -89,6 +89,7 @@ def expand_recipe(argv: list[str]) -> list[str]:
 # schedule fit 32x32 digits or 28x28 clothes), and the recipe for a folder of photos instead.
 BUILT_IN_DATASETS = ("digits", "fashion_mnist", "synthetic")
 PHOTOS_RECIPE = "finetune-photos"
+PHOTOS_KIND = "folder"  # the source of one's own photos (tfds and TFRecords: ImageNet and kin)
 # A recipe's flags a warning names: what makes it wrong for photos.
 TUNED_FLAGS = ("--model=", "--train_resolution=", "--test_resolution=", "--norandom_flip")
 
@@ -101,12 +102,12 @@ def recipe_flags(name: str) -> list[str]:
 
 def dataset_mismatch(name: str, dataset: str) -> str | None:
     """A one-line warning when recipe `name` is tuned for a built-in dataset and the run reads
-    another (a folder of photos), naming the recipe's settings that would carry over and the
+    an image folder (photos), naming the recipe's settings that would carry over and the
     recipe to use; None otherwise."""
     lines = recipe_flags(name)
     tuned_for = next((line.split("=", 1)[1] for line in lines
                       if line.startswith("--dataset=")), None)
-    if tuned_for not in BUILT_IN_DATASETS or dataset.partition(":")[0] in BUILT_IN_DATASETS:
+    if tuned_for not in BUILT_IN_DATASETS or dataset.partition(":")[0] != PHOTOS_KIND:
         return None
     settings = [line for line in lines if line.startswith(TUNED_FLAGS)]
     return (f"--recipe={name} is tuned for --dataset={tuned_for} ({' '.join(settings)}), "

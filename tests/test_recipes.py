@@ -78,6 +78,7 @@ def test_a_digits_recipe_on_photos_names_what_carries_over_and_the_photos_recipe
     assert recipes.dataset_mismatch("smoke", "synthetic") is None  # built-in to built-in
     assert recipes.dataset_mismatch("finetune-photos", "folder:photos") is None
     assert recipes.dataset_mismatch("b0-g16-lnpn-half", "tfrecord:/data/x") is None
+    assert recipes.dataset_mismatch("smoke", "tfrecord:/data/x") is None  # a quick check's data
     assert recipes.recipe_names(["train", "--recipe", "smoke", "--epochs=1"]) == ["smoke"]
 
 
