@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from keras_efficientnet.atomic import write_atomically
 from keras_efficientnet.cli.errors import DONE, BadInput
 from keras_efficientnet.cli.parser import CommandParser, command_status, run_command
+from keras_efficientnet.datasets.folder_layout import split_folders
 
 # TensorFlow and the sources (which import it) load inside the functions that use them, after
 # the command's flags and input folder are checked.
@@ -83,15 +84,16 @@ def _write_shard(path: str, items: list[tuple[str, int]], class_names: list[str]
 def convert(input_dir: str, output_dir: str, splits: list[str] | None = None,
             images_per_shard: int = 1024, validate: bool = True, seed: int = 0,
             workers: int = 4) -> dict:
-    """Converts `splits` (default: every split folder) and returns the dataset_info contents."""
+    """Converts `splits` (default: every split folder; of a plain folder of class folders,
+    `train`) and returns the dataset_info contents."""
     if images_per_shard < 1:
         raise ValueError(f"images_per_shard must be >= 1, got {images_per_shard}")
     if not os.path.isdir(input_dir):
         raise FileNotFoundError(f"input_dir {input_dir!r} does not exist")
     from keras_efficientnet.datasets import sources
 
-    if splits is None:
-        splits = sorted(e.name for e in os.scandir(input_dir) if e.is_dir())
+    if splits is None:  # a plain folder of class folders is one split: the training split
+        splits = split_folders(input_dir) or ["train"]
     os.makedirs(output_dir, exist_ok=True)
     info_path = os.path.join(output_dir, sources.TFRECORD_INFO_FILE)
     info = {"splits": {}}

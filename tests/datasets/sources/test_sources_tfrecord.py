@@ -54,6 +54,17 @@ def test_folder_to_tfrecord_round_trip(folder, tmp_path, capsys):
         np.testing.assert_array_equal(labels, folder.labels(split)[index])
 
 
+def test_a_plain_folder_of_class_folders_converts_as_the_training_split(folder, tmp_path,
+                                                                       capsys):
+    classes = os.path.join(folder.root, "train")  # cat/, dog/, owl/: no split folders
+    out = str(tmp_path / "records")
+    assert load_cli().main(["folder_to_tfrecord", "--input_dir", classes, "--output_dir", out,
+                            "--images_per_shard", "100"]) == 0
+    assert capsys.readouterr().out.startswith("train: 12 images in 1 shards")
+    info = dataset_info(f"tfrecord:{out}", "train")
+    assert (info.num_examples, info.class_names) == (12, ("cat", "dog", "owl"))
+
+
 def test_without_dataset_info_a_split_is_counted_once_until_a_shard_changes(folder, tmp_path,
                                                                             caplog):
     out = tmp_path / "records"
