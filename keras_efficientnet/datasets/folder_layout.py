@@ -59,10 +59,6 @@ def split_folders(root: str | os.PathLike, asked: tuple[str, ...] = ()) -> list[
     return None
 
 
-def _fraction_words(hold_out: HoldOut | None) -> str:
-    return f"--validation_split={hold_out.fraction:g}" if hold_out else "--validation_split=0.1"
-
-
 def locate_split(root: str | os.PathLike, split: str, hold_out: HoldOut | None = None
                  ) -> SplitFolder:
     """Where `split` of the image folder `root` is; ValueError in one line naming what is
@@ -77,9 +73,10 @@ def locate_split(root: str | os.PathLike, split: str, hold_out: HoldOut | None =
         return _in_class_folders(root, split, hold_out)
     held_out = [name for name in HELD_OUT_NAMES if name in splits]
     if hold_out is not None and held_out and split in (hold_out.pool, *HELD_OUT_NAMES):
-        raise ValueError(f"{_fraction_words(hold_out)} holds out part of {hold_out.pool}/, but "
-                         f"image folder {str(root)!r} has its own held-out folder "
-                         f"{held_out[0]}/: drop --validation_split, or move that folder away")
+        raise ValueError(f"--validation_split={hold_out.fraction:g} holds out part of "
+                         f"{hold_out.pool}/, but image folder {str(root)!r} has its own "
+                         f"held-out folder {held_out[0]}/: drop --validation_split, or move "
+                         f"that folder away")
     siblings = tuple(root / name for name in splits)
     if split in splits:
         part = "kept" if hold_out is not None and split == hold_out.pool else "all"
@@ -91,12 +88,15 @@ def locate_split(root: str | os.PathLike, split: str, hold_out: HoldOut | None =
         return SplitFolder(root / held_out[0], "all", siblings)
     if split in HELD_OUT_NAMES and hold_out is not None and hold_out.pool in splits:
         return SplitFolder(root / hold_out.pool, "held_out", siblings)
+    if split in HELD_OUT_NAMES and hold_out is not None:  # its pool folder is missing
+        raise ValueError(f"--validation_split={hold_out.fraction:g} holds out part of the split "
+                         f"{hold_out.pool!r}, which image folder {str(root)!r} does not have "
+                         f"(its splits: {splits}); give --train_split one of them")
     if split in HELD_OUT_NAMES:
-        pool = hold_out.pool if hold_out else "train"
         raise ValueError(f"image folder {str(root)!r} has no held-out split (its splits: "
                          f"{splits}): name its folder validation/, val/ or valid/ "
-                         f"({root}/val/<class>/*.jpg), or pass {_fraction_words(hold_out)} to "
-                         f"hold out that share of each class of {pool}/")
+                         f"({root}/val/<class>/*.jpg), or pass --validation_split=0.1 to hold "
+                         f"out a tenth of each class of train/")
     raise ValueError(f"split {split!r} not found in image folder {str(root)!r}; available "
                      f"splits: {splits}")
 

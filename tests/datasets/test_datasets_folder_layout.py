@@ -48,7 +48,7 @@ def test_a_missing_held_out_split_names_both_fixes(tmp_path):
     assert "\n" not in message
     assert "has no held-out split (its splits: ['train'])" in message
     assert "name its folder validation/, val/ or valid/" in message
-    assert "--validation_split=0.1" in message
+    assert "--validation_split=0.1 to hold out a tenth of each class of train/" in message
 
 
 def test_another_missing_split_lists_the_ones_there(tmp_path):
@@ -101,6 +101,10 @@ def test_the_hold_out_comes_out_of_the_training_split_folder(tmp_path):
             locate_split(tmp_path, "validation", held).part) == (tmp_path / "train", "held_out")
     assert locate_split(tmp_path, "train", held).part == "kept"
     assert locate_split(tmp_path, "test", held).part == "all"
+    with pytest.raises(ValueError, match=r"--validation_split=0.5 holds out part of the split "
+                                         r"'fit', which image folder .* does not have \(its "
+                                         r"splits: \['test', 'train'\]\); give --train_split"):
+        locate_split(tmp_path, "validation", HoldOut(0.5, pool="fit"))
     mine = HoldOut(0.5, pool="fit")
     _images(tmp_path / "fit", {"cat": 2})
     assert locate_split(tmp_path, "val", mine).folder == tmp_path / "fit"
