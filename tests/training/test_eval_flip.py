@@ -30,6 +30,9 @@ def test_flip_averaged_logits_are_the_log_of_the_mean_probability():
     assert np.abs(softmax(averaged) - probabilities).max() > 0.05
 
 
+# Slow (17 s of make test, quiet: a training run): make test keeps flip_averaged against its
+# closed form above.
+@pytest.mark.slow
 def test_a_run_reports_one_pass_and_flip_scores_side_by_side(tmp_path):
     config = TrainConfig(model="efficientnet-tiny-g1-bn", dataset="digits", train_resolution=32,
                          test_resolution=32, micro_batch_size=16, updates_per_epoch=3,

@@ -159,6 +159,9 @@ def test_resume_with_another_architecture_is_refused_naming_the_fields(tmp_path)
                       num_classes=10, train_examples=10_000)
 
 
+# Slow (9 CPU seconds: a fine-tune): make test keeps a fine-tune whose optimizer moves the head
+# layers alone (tests/training/test_optimizer_state.py: its momenta are all head layers').
+@pytest.mark.slow
 def test_finetune_trains_only_the_head_block(tmp_path):
     config = _config(tmp_path, finetune_epochs=1, test_resolution=64)
     model = trainer.build_model(config, 32, 10)
@@ -171,6 +174,11 @@ def test_finetune_trains_only_the_head_block(tmp_path):
     assert {path.split("/")[0] for path in changed} <= set(trainer.HEAD_LAYERS)  # ... the head
 
 
+# Slow (32 s of make test, quiet; a subprocess that loads TensorFlow and trains on 2 logical CPU
+# devices): make test keeps the mirrored trainer against Keras fit (tests/distribute/
+# test_distribute_multiprocess.py) and the CLI's results.json and config.json of a train and
+# fine-tune run (tests/training/test_evaluate_run.py).
+@pytest.mark.slow
 def test_cli_writes_results_json(tmp_path):
     # Through the execution plan: 2 mirrored replicas on logical CPUs (the CLI splits the CPU
     # when there is no GPU), global batch 16 as in the flagfile; fine-tuned and scored at the

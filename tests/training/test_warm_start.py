@@ -86,6 +86,9 @@ def _main(*argv) -> int:
         flags.FLAGS.unparse_flags()
 
 
+# Slow (14 s of make test, quiet: a training run): make test keeps warm_start and
+# check_weights_flag above, on the same donor file.
+@pytest.mark.slow
 def test_the_training_command_starts_from_weights_and_init_checkpoint_takes_a_run(tmp_path):
     donor = _donor(tmp_path / "donor.keras", classes=4)
     run = tmp_path / "run"
