@@ -236,6 +236,7 @@ def plan(targets: Sequence[str], mode: RunMode, options: Sequence[str], director
             done = not force and finished(step, mode, key, directory)
             steps.append((target, step, key, done))
             seconds = expected_seconds(step, mode, times)
+            record = times.get("quick" if mode.quick else "full", {}).get(step.label, {})
             if done:
                 note = "finished for this code and configuration: skipped"
             elif seconds is None:
@@ -243,7 +244,12 @@ def plan(targets: Sequence[str], mode: RunMode, options: Sequence[str], director
                 unknown.append(step.label)
             else:
                 known += seconds
-                note = _minutes(seconds)
+                # A shared machine's wall time is loaded: the load and CPU seconds say how much.
+                load = record.get("load_average_1m") or []
+                note = " ".join([_minutes(seconds), *(
+                    [f"(recorded at load {min(load):.0f}-{max(load):.0f}"
+                     + (f", {record['cpu_seconds']:.0f} CPU s)" if "cpu_seconds" in record
+                        else ")")] if load else [])])
             lines.append(f"  {target:30s} {step.label:26s} {note}")
     total = (f"about {_minutes(known)}" if not unknown else
              "unknown (no wall time recorded on this machine yet)" if not known else

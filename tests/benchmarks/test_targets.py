@@ -98,13 +98,17 @@ def test_the_expected_duration_adds_the_recorded_wall_times(stand_in_targets, ca
                                                             monkeypatch):
     out = stand_in_targets
     here = targets.this_machine()
-    record = {"load_average_1m": [0.1, 0.2], "finished": "2026-12-06T07:00Z"}
+    record = {"load_average_1m": [7.9, 3.2], "finished": "2026-12-06T07:00Z"}
     (out / targets.WALL_TIMES).write_text(json.dumps({"full": {
-        "stand_in one": {"seconds": 90.0, **here, **record},
+        "stand_in one": {"seconds": 90.0, **here, **record, "cpu_seconds": 45.0},
         "stand_in two": {"seconds": 60.0, **here, **record},
         "stand_in three": {"seconds": 30.0, **{**here, "cpu": "another CPU"}, **record}}}))
     targets.plan(["first"], common.RunMode(), [], out)
-    assert "expected duration on this machine: about 2.5 min" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "expected duration on this machine: about 2.5 min" in printed
+    # Beside each wall time, the load it was recorded at (and its CPU seconds, where recorded).
+    assert "1.5 min (recorded at load 3-8, 45 CPU s)" in printed
+    assert "1.0 min (recorded at load 3-8)\n" in printed
     # A wall time recorded on another CPU says nothing about this one.
     targets.plan(["first", "second"], common.RunMode(), [], out)
     printed = capsys.readouterr().out
