@@ -11,6 +11,12 @@ probabilities:
   into the convolutions (`keras_efficientnet.deploy.export_onnx`);
 - `openvino`: OpenVINO IR (PATH.xml and PATH.bin) of that graph (`deploy.export_openvino`).
 
+`--int8 --calibration=DATASET` (onnx, openvino) quantizes the export after training: int8
+convolutions, ranges calibrated on `--calibration_images` images of DATASET's
+`--calibration_split` (the trainer's dataset syntax: digits, fashion_mnist, folder:PATH ...),
+read as evaluation reads them (a run directory's own `eval_resize_ratio`); openvino through
+NNCF, onnx through ONNX Runtime's static quantizer (`keras_efficientnet.deploy.int8`).
+
 `onnx` and `openvino` need the `deploy` extra (pip install 'keras-efficientnet[deploy]').
 SOURCE, the model file, PATH and the installed runtimes are checked before TensorFlow loads;
 each failure is one line.
@@ -37,6 +43,7 @@ RUN_MODEL_FILE = record.MODEL  # the final model a run writes
 FORMATS = ("saved_model", "onnx", "openvino")
 # The packages each format needs beyond the base install (all in the `deploy` extra).
 FORMAT_PACKAGES = {"saved_model": (), "onnx": ("onnx",), "openvino": ("onnx", "openvino")}
+INT8_PACKAGES = {"onnx": ("onnxruntime",), "openvino": ("nncf",)}
 DEPLOY_EXTRA = "pip install 'keras-efficientnet[deploy]'"
 
 
@@ -51,6 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what to write: saved_model = TensorFlow SavedModel; onnx = ONNX "
                         "for CPU runtimes; openvino = OpenVINO IR (onnx and openvino need the "
                         "deploy extra)")
+    parser.add_argument("--int8", action="store_true", help="quantize to int8 (onnx, "
+                        "openvino), calibrated on --calibration")
+    parser.add_argument("--calibration", default="", metavar="DATASET", help="--int8's "
+                        "calibration images: digits, fashion_mnist, folder:PATH, tfds:NAME or "
+                        "tfrecord:PATTERN")
+    parser.add_argument("--calibration_split", default="train", help="the split they come "
+                        "from (default train)")
+    parser.add_argument("--calibration_images", type=int, default=300, help="how many "
+                        "(default 300)")
+    parser.add_argument("--data_dir", default="", help="data directory of the calibration "
+                        "source")
     add_verbosity(parser)
     return parser
 
@@ -91,6 +109,42 @@ def output_path(args) -> Path:
     return path
 
 
+def _check_int8(args) -> None:
+    if not args.int8:
+        if args.calibration:
+            raise BadInput("--calibration is for --int8: add --int8, or leave --calibration out")
+        return
+    if args.format not in INT8_PACKAGES:
+        raise BadInput(f"--int8 quantizes an onnx or openvino export, not --format="
+                       f"{args.format}: add --format=onnx or --format=openvino")
+    if not args.calibration:
+        raise BadInput("--int8 needs --calibration=DATASET: a few hundred training images to "
+                       "set the int8 ranges, e.g. --calibration=fashion_mnist")
+    if args.calibration_images < 1:
+        raise BadInput(f"--calibration_images={args.calibration_images}: must be at least 1")
+    from keras_efficientnet.datasets.source_table import missing_local_folder
+
+    try:
+        problem = missing_local_folder(args.calibration, args.calibration_split)
+    except ValueError as error:  # an unknown kind or a missing argument
+        raise BadInput(f"--calibration: {error}") from None
+    if problem:
+        raise BadInput(f"--calibration={args.calibration}: {problem}")
+    check_packages(INT8_PACKAGES[args.format])
+
+
+def resize_ratio_of(source: str) -> float | None:
+    """A run directory's evaluation resize ratio (config.json), else None (the default)."""
+    import json
+
+    config = Path(weights.split_choice(source)[0]) / "config.json"
+    try:
+        value = json.loads(config.read_text())["config"].get("eval_resize_ratio")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _check(args) -> Path:
     model = model_file_of(args.source)
     check_model_file(str(model), flag="SOURCE")
@@ -99,6 +153,7 @@ def _check(args) -> Path:
                    "openvino": "runs/default/model.xml"}[args.format]
         raise BadInput(f"--output is required: what to write, e.g. --output={example}")
     check_packages(FORMAT_PACKAGES[args.format])
+    _check_int8(args)
     if args.format != "saved_model":
         output_path(args)
         return model
@@ -134,7 +189,8 @@ def _export(argv: list[str]) -> int:
         return described[1]
     shape = tuple(model.inputs[0].shape)
     entry = "serving_default" if args.format == "saved_model" else "images"
-    print(f"wrote {args.format} {written} from {model_file} ({entry}: uint8 images {shape} in, "
+    kind = f"int8 {args.format}" if args.int8 else args.format
+    print(f"wrote {kind} {written} from {model_file} ({entry}: uint8 images {shape} in, "
           "probabilities out)")
     return DONE
 
@@ -146,6 +202,8 @@ def _write(model, args) -> Path:
 
         return export_saved_model(model, args.output)
     try:
+        if args.int8:
+            return _write_int8(model, args)
         if args.format == "onnx":
             from keras_efficientnet.deploy import export_onnx
 
@@ -155,6 +213,22 @@ def _write(model, args) -> Path:
         return export_openvino(model, output_path(args))
     except ValueError as error:  # a layer the exporter does not know, a model of any size
         raise BadInput(f"SOURCE {args.source!r}: {error}") from None
+
+
+def _write_int8(model, args) -> Path:
+    from keras_efficientnet.deploy import int8
+
+    size = model.inputs[0].shape[1]
+    if size is None:
+        raise ValueError(f"{model.name} takes any image size; export a model built at one")
+    try:
+        images = int8.calibration_images(
+            args.calibration, size, args.calibration_images, split=args.calibration_split,
+            data_dir=args.data_dir or None, resize_ratio=resize_ratio_of(args.source))
+    except (ValueError, FileNotFoundError) as error:  # the data source's, found reading it
+        raise BadInput(f"--calibration={args.calibration}: {error}") from None
+    quantize = int8.quantize_onnx if args.format == "onnx" else int8.quantize_openvino
+    return quantize(model, output_path(args), images)
 
 
 def main(argv: list[str] | None = None) -> int:

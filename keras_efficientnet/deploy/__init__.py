@@ -11,8 +11,11 @@ _EXPORTS = {
     "export_onnx": (".onnx_export", "export_onnx"),
     "onnx_model": (".onnx_export", "onnx_model"),
     "export_openvino": (".openvino_export", "export_openvino"),
+    "calibration_images": (".int8", "calibration_images"),
+    "quantize_onnx": (".int8", "quantize_onnx"),
+    "quantize_openvino": (".int8", "quantize_openvino"),
 }
 
 __all__ = [*_EXPORTS]
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS, submodules=("onnx_export",
-                                                                  "openvino_export"))
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS, submodules=(
+    "onnx_export", "openvino_export", "int8"))

@@ -87,6 +87,16 @@ def test_bad_input_is_one_line_before_tensorflow_loads(run, tmp_path):
                                   "--output=runs/default/model.onnx"),
         ([good, f"--output={tmp_path / 'taken'}", "--format=onnx"],
          "is a link or a folder; give the onnx file to write"),
+        ([good, "--output=x.onnx", "--format=onnx", "--int8"],
+         "error: --int8 needs --calibration=DATASET"),
+        ([good, "--output=x", "--int8", "--calibration=digits"],
+         "error: --int8 quantizes an onnx or openvino export, not --format=saved_model"),
+        ([good, "--output=x.onnx", "--format=onnx", "--calibration=digits"],
+         "error: --calibration is for --int8"),
+        ([good, "--output=x.onnx", "--format=openvino", "--int8",
+          f"--calibration=folder:{tmp_path / 'nope'}"], "error: --calibration=folder:"),
+        ([good, "--output=x.onnx", "--format=onnx", "--int8", "--calibration=digits",
+          "--calibration_images=0"], "error: --calibration_images=0: must be at least 1"),
         ([good, f"--output={tmp_path / 'taken'}"],
          f"error: --output={str(tmp_path / 'taken')!r} is a non-empty directory"),
     ]:
@@ -120,3 +130,17 @@ def test_a_missing_runtime_is_named_with_the_extra_to_install():
     with pytest.raises(export.BadInput, match=r"^no_such_runtime is not installed: pip install "
                        r"'keras-efficientnet\[deploy\]'$"):
         export.check_packages(["json", "no_such_runtime"])
+
+
+def test_a_run_exports_int8_onnx_calibrated_on_a_dataset(run, tmp_path, capsys):
+    onnx = pytest.importorskip("onnx", reason="onnx is not installed (the `deploy` extra)")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    root, images, expected = run
+    out = tmp_path / "int8.onnx"
+    assert export.main(["export", str(root / "run"), f"--output={out}", "--format=onnx",
+                        "--int8", "--calibration=digits", "--calibration_images=32"]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote int8 onnx {out} from ")
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert any(node.op_type == "QuantizeLinear" for node in onnx.load(str(out)).graph.node)
+    served = session.run(None, {"images": images})[0]
+    np.testing.assert_allclose(served.sum(-1), 1.0, atol=1e-5)  # still probabilities
