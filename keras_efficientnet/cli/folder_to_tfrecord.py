@@ -122,7 +122,8 @@ def convert(input_dir: str, output_dir: str, splits: list[str] | None = None,
                                  "num_shards": num_shards, "skipped": skipped}
         print(f"{split}: {len(items) - len(skipped)} images in {num_shards} shards "
               f"({len(skipped)} skipped) -> {output_dir}")
-    write_atomically(info_path, json.dumps(info, indent=1))  # never a truncated file
+    # Atomic: never a truncated file.
+    write_atomically(info_path, json.dumps(info, indent=1, allow_nan=False))
     return info
 
 

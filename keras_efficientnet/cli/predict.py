@@ -36,7 +36,7 @@ from keras_efficientnet.cli.parser import (
     run_command,
 )
 from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO, IMAGE_EXTENSIONS
-from keras_efficientnet.runs.record import CLASS_NAMES
+from keras_efficientnet.runs.record import CLASS_NAMES, strict
 
 CLASS_NAMES_FILE = CLASS_NAMES  # as keras_efficientnet.training.export writes it
 # The first bytes of each format TensorFlow's decode_image reads.
@@ -239,7 +239,9 @@ def render_output(records: list[dict], suffix: str) -> str:
     """CSV (path, then name, index and probability of each rank; text cells through
     `csv_text`) or JSON lines."""
     if suffix == ".jsonl":
-        return "".join(json.dumps(record) + "\n" for record in records)
+        # A model with non-finite outputs gives NaN probabilities: null in strict JSON.
+        return "".join(json.dumps(strict(record), allow_nan=False) + "\n"
+                       for record in records)
     k = max((len(r["top_k"]) for r in records), default=0)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")

@@ -48,7 +48,7 @@ def write_manifest(folder: Path, epoch: int, batch: int, healthy: bool) -> None:
              for p in sorted(folder.iterdir()) if p.name != MANIFEST}
     with open(folder / MANIFEST, "w") as f:
         json.dump({"epoch": epoch, "batch": batch, "healthy": healthy, "files": files}, f,
-                  indent=1, sort_keys=True)
+                  indent=1, sort_keys=True, allow_nan=False)
         f.flush()
         os.fsync(f.fileno())
 

@@ -150,6 +150,23 @@ def strict(value):
     return value
 
 
+def non_finite(values, prefix: str = "") -> list[str]:
+    """The names of the numbers in `values` (a dict, list or number, nested) that are NaN or
+    infinite: `loss`, `history[2].val_loss`. Strict JSON stores them as null; this says which
+    nulls were not finite rather than absent."""
+    if isinstance(values, dict):
+        return [name for key, value in values.items()
+                for name in non_finite(value, f"{prefix}.{key}" if prefix else str(key))]
+    if isinstance(values, (list, tuple)):
+        return [name for i, value in enumerate(values)
+                for name in non_finite(value, f"{prefix}[{i}]")]
+    if hasattr(values, "item") and getattr(values, "ndim", 1) == 0:
+        values = values.item()
+    if isinstance(values, float) and not math.isfinite(values):
+        return [prefix]
+    return []
+
+
 class Record:
     """A typed record stored as one JSON object with a `version` field.
 
@@ -342,13 +359,15 @@ _SCORES = {f"{flip}{name}{when}": (float, _NONE) for flip in ("", "flip_")
 @dataclasses.dataclass(frozen=True)
 class Results(Record):
     """`results.json` (or `results-<mode>.json`): what the run measured and wrote. `checkpoint`
-    and `model_file` are relative to the run; `weights` says which weights were scored.
+    and `model_file` are relative to the run; `weights` says which weights were scored. A score
+    that was NaN or infinite is stored as null (strict JSON) and named in `non_finite`
+    (`["loss", "history[1].val_loss"]`), so a null says "not finite" rather than "not measured".
 
     Version 1 stored `checkpoint` and `model_file` as absolute paths: read relative to the run
-    where they lie inside it."""
+    where they lie inside it. Version 2 had no `non_finite` (its NaNs were plain nulls)."""
 
     FILE: ClassVar[str] = RESULTS
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     TYPES: ClassVar[dict[str, tuple]] = {
         "mode": _STR, "model": _STR, "dataset": _STR, "global_batch_size": _INT,
         "num_classes": _INT, "train_examples": _INT, "eval_examples": _INT, "config": (dict,),
@@ -359,7 +378,7 @@ class Results(Record):
         "finetune_global_batch_size": (int, _NONE),
         "finetune_images_per_second": (float, _NONE), "model_file": (str, _NONE),
         "export_dir": (str, _NONE), "skipped_images": (int, _NONE),
-        "wall_seconds": (float, _NONE), **_SCORES}
+        "wall_seconds": (float, _NONE), "non_finite": (list, _NONE), **_SCORES}
 
     mode: str
     model: str
@@ -384,6 +403,7 @@ class Results(Record):
     export_dir: str | None = None
     skipped_images: int | None = None
     wall_seconds: float | None = None
+    non_finite: list | None = None
     top1: float | None = None
     top5: float | None = None
     loss: float | None = None
@@ -399,7 +419,7 @@ class Results(Record):
 
     @classmethod
     def _migrate(cls, data: dict, version: int, path: Path | None) -> dict:
-        if path is None:
+        if path is None or version >= 2:  # version 2 differs only by the absent non_finite
             return data
         files = RunFiles(path.parent)
         return {**data, **{name: files.relative(data[name]) for name in ("checkpoint",
@@ -412,6 +432,8 @@ class Results(Record):
         the run (absolute paths inside the run made relative); RecordError naming the field
         when one does not fit."""
         files = RunFiles(Path(path).parent)
+        values = {**values, "non_finite": non_finite(
+            {k: v for k, v in values.items() if k != "non_finite"}) or None}
         values = strict({**values, **{name: files.relative(values[name])
                                       for name in ("checkpoint", "model_file")
                                       if values.get(name) is not None}})

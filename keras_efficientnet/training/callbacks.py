@@ -21,6 +21,16 @@ class NonFiniteLossError(RuntimeError):
     """Raised when the training loss becomes NaN or infinite."""
 
 
+class NonFiniteValidationError(NonFiniteLossError):
+    """Raised when validations in a row score non-finite (the weights the run would ship give
+    NaN or infinite outputs on the held-out split), as a diverged loss stops a run."""
+
+
+class NonFiniteModelError(NonFiniteLossError):
+    """Raised after a run's results are written when the model it would save scores
+    non-finite on the held-out split: the model file is not written."""
+
+
 class Throughput(keras.callbacks.Callback):
     """Adds `images_per_second` to the logs (shown by the progress bar) and keeps the mean.
 

@@ -93,7 +93,8 @@ def save_model(model: keras.Model, model_dir: str | os.PathLike,
     model_dir = Path(model_dir)
     path = _save_keras_atomically(model, model_dir / MODEL_FILE)
     if class_names:
-        write_atomically(model_dir / CLASS_NAMES_FILE, json.dumps(list(class_names), indent=1))
+        write_atomically(model_dir / CLASS_NAMES_FILE, json.dumps(list(class_names), indent=1,
+                                                                allow_nan=False))
     log.info("wrote %s", path)
     return path
 
@@ -134,7 +135,7 @@ def export_saved_model(model: keras.Model, export_dir: str | os.PathLike,
         write_atomically(tmp / EXPORT_MARK, json.dumps(
             {"format": "tf_saved_model", "model": model.name,
              "forward_pass": "fused" if fused else "keras",
-             "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}))
+             "written": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, allow_nan=False))
         private_mode(tmp, 0o755)
         check_export_dir(export_dir)  # again: it may have changed meanwhile
         if export_dir.is_dir():

@@ -74,11 +74,16 @@ def _header(path: Path) -> tuple[str, ...]:
 
 
 def _cell(value) -> str:
+    """A figure as text: empty when there is none (an epoch without validation); `nan`, `inf`
+    or `-inf` when it was not finite (Python's float() and every CSV reader read them back),
+    so a non-finite validation is told from a missing one."""
     if value is None:
         return ""
     value = float(value)
+    if not math.isfinite(value):
+        return repr(value)
     if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
-    return repr(value) if math.isfinite(value) else ""
+    return repr(value)
 
 

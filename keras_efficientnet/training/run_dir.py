@@ -140,7 +140,7 @@ class RunLock:
         try:
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, json.dumps(record).encode())
+            os.write(fd, json.dumps(record, allow_nan=False).encode())
             os.fsync(fd)
         except OSError as error:  # disk full, quota: name the file, the space, the fix
             raise atomic.write_error(self.path, error) from None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import keras
 
-from keras_efficientnet.runs.record import RunFiles
+from keras_efficientnet.runs.record import RunFiles, non_finite
 from keras_efficientnet.training.builders import (
     build_datasets,
     build_model,
@@ -40,6 +40,7 @@ from keras_efficientnet.training.callbacks import (
     DivergenceGuard,
     EpochHistory,
     NonFiniteLossGuard,
+    NonFiniteModelError,
     Position,
     RestoredMetrics,
     SaveEvery,
@@ -59,7 +60,7 @@ from keras_efficientnet.training.modes import MODE_TABLE
 from keras_efficientnet.training.optimizer_state import SlotAverage, read_slots
 from keras_efficientnet.training.preemption import SignalWatch
 from keras_efficientnet.training.reporting import MetricsCSV
-from keras_efficientnet.training.results import write_results
+from keras_efficientnet.training.results import results_path, write_results
 from keras_efficientnet.training.resume import (
     build_metrics,
     fit_does_not_finalize,
@@ -111,13 +112,36 @@ def _run_mode(config: TrainConfig, runtime, session: RunSession, started: float)
     with precision_policy(config.precision):
         model, weights_from = run.trained_or_loaded_model()
         final_model = run.evaluate_and_finetune(model, weights_from)
-        if runtime.is_chief:
+        # A model whose outputs are not finite on the held-out split is never shipped.
+        unfit = non_finite({k: run.results.get(k) for k in FINAL_SCORES})
+        if runtime.is_chief and not unfit:
             run.results.update(save_outputs(config, final_model))
     run.results["skipped_images"] = run.skipped.count
     run.results["wall_seconds"] = time.perf_counter() - started
     if runtime.is_chief:
         write_results(config, run.results)
+    if unfit:
+        raise _unfit_model(config, run.results, unfit)
     return run.results
+
+
+# The scores of the model a mode saves (after its fine-tune where it fine-tunes).
+FINAL_SCORES = ("top1", "top5", "loss", "flip_top1", "flip_top5", "flip_loss")
+
+
+def _unfit_model(config: TrainConfig, results: dict, unfit: list[str]) -> NonFiniteModelError:
+    files = RunFiles(config.model_dir)
+    written = results_path(config).name
+    refused = ("no model file is written" if MODE_TABLE[config.mode].scores_only else
+               f"{files.model} was not written")
+    if config.export_dir:
+        refused += f", nor --export_dir={config.export_dir}"
+    found = ", ".join(f"{name} {results[name]}" for name in unfit)
+    return NonFiniteModelError(
+        f"the model's outputs on the {config.eval_split} split are not finite ({found}, "
+        f"weights: {results.get('weights') or 'the trained weights'}): {refused}; {written} "
+        "records these scores as null and names them in its non_finite field. Check the "
+        "normalization statistics of --weights or --init_checkpoint, or lower --learning_rate")
 
 
 class _Run:

@@ -12,6 +12,12 @@ scored weights). Both files and the record are written only once the epoch's che
 (`saved`), in that order: the copy, best.keras, then best.json last, so best.json never names an
 epoch whose copy is not complete. Paths in best.json are relative to the run. An unreadable
 best.json stops the run with one line (it is never taken for "no best yet").
+
+A validation whose loss or scores are not finite (the shipped weights give NaN or infinite
+outputs, e.g. normalization statistics that are) is never a best: it is warned about in one
+line and recorded as it is (metrics.csv writes `nan`; results.json null, named in its
+`non_finite` field); `NON_FINITE_STOP` such validations in a row stop the run
+(`NonFiniteValidationError`, exit status 1) as a diverged loss does.
 `Validating` (a callback) calls `Validation` at an epoch's end, after `Averaging` updates the
 weight average and before `EpochHistory` and the `Checkpointer` record the epoch, so `val_top1`,
 `val_top5` and `val_loss` reach the epoch line, the history in checkpoints and results.json,
@@ -29,9 +35,21 @@ import keras
 import numpy as np
 
 from keras_efficientnet.runs.record import BEST_MODEL as BEST_MODEL_FILE
-from keras_efficientnet.runs.record import WEIGHTS, BestRecord, RecordError, RunFiles
+from keras_efficientnet.runs.record import (
+    WEIGHTS,
+    BestRecord,
+    RecordError,
+    RunFiles,
+    non_finite,
+)
+from keras_efficientnet.training.callbacks import NonFiniteValidationError
 
 log = logging.getLogger("keras_efficientnet")
+
+# Non-finite validations in a row that stop the run. One is tolerated (warned about), as the
+# divergence guard tolerates a spike; the second means the shipped weights stay broken (a
+# weight average or EMA holding a NaN keeps it for good), so more epochs only cost time.
+NON_FINITE_STOP = 2
 
 # Which files of checkpoints/best hold the weights a validation scored.
 SCORED_FILES = {
@@ -84,6 +102,7 @@ class Validation:
         self.model_dir = Path(config.model_dir)
         self.best = read_best(self.model_dir)
         self._pending = None  # a new best's model, until the epoch's checkpoint is written
+        self.non_finite: list[int] = []  # the epochs of the non-finite validations in a row
         self._check_best_checkpoint()
 
     def _check_best_checkpoint(self) -> None:
@@ -141,10 +160,35 @@ class Validation:
         self._copy.set_weights([np.asarray(w) for w in weights])
         with reporting_data_errors(self.skip_counter):
             scores = evaluate(self._copy, self._data, self.steps)
-        best = -math.inf if self.best is None else self.best["val_top1"]
-        if scores["top1"] > best:
-            self._keep_best(epoch, scores, which)
+        bad = non_finite(scores)
+        if bad:
+            self._not_finite(epoch, scores, bad, which)
+        else:
+            self.non_finite = []
+            best = -math.inf if self.best is None else self.best["val_top1"]
+            if scores["top1"] > best:
+                self._keep_best(epoch, scores, which)
         return {f"val_{name}": value for name, value in scores.items()}
+
+    def _not_finite(self, epoch: int, scores: dict, bad: list[str], which: str) -> None:
+        """A non-finite validation: never a best; one warning line, and the run stops at the
+        NON_FINITE_STOP-th in a row."""
+        self.non_finite.append(epoch + 1)
+        found = ", ".join(f"val_{name} {scores[name]}" for name in bad)
+        kept = (f"best.keras stays epoch {self.best['epoch']}'s" if self.best is not None
+                else "no best.keras is written")
+        why = (f"{which} give non-finite outputs on the {self.config.eval_split} split "
+               "(normalization statistics or weights that are NaN or infinite)")
+        if len(self.non_finite) >= NON_FINITE_STOP:
+            epochs = ", ".join(str(e) for e in self.non_finite)
+            raise NonFiniteValidationError(
+                f"validation was not finite {len(self.non_finite)} times in a row (epochs "
+                f"{epochs}; {found}): {why}; {kept}, and this epoch's checkpoint is not "
+                "written. Check the normalization statistics of --weights or "
+                "--init_checkpoint, or lower --learning_rate")
+        log.warning("validation after epoch %d is not finite (%s): %s; not a best (%s); "
+                    "%d such validations in a row stop the run", epoch + 1, found, why, kept,
+                    NON_FINITE_STOP)
 
     def _keep_best(self, epoch: int, scores: dict, which: str) -> None:
         """Holds the new best (the copy with a softmax head, as model.keras, and its record)
@@ -210,6 +254,8 @@ def finetuned_competes(config, model: keras.Model, scores: dict) -> dict | None:
 
     files = RunFiles(config.model_dir)
     best = read_best(files.root)
+    if non_finite(scores):  # never a best; the trainer refuses to ship it (NonFiniteModelError)
+        return best
     if best is not None and scores["top1"] <= best["val_top1"]:
         log.info("the fine-tuned model (top-1 %.4f) does not beat the best validation (%.4f, "
                  "%s phase): best.keras stays", scores["top1"], best["val_top1"],

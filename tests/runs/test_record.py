@@ -122,12 +122,17 @@ def test_results_of_the_trainer_are_strict_and_relative(tmp_path):
     values = {"mode": "evaluate", "model": "m", "dataset": "digits", "global_batch_size": 16,
               "num_classes": 10, "train_examples": 100, "eval_examples": 20, "config": {},
               "checkpoint": str(tmp_path / "checkpoints" / "epoch-0002"),
-              "loss": float("nan"), "top1": 0.25, "wall_seconds": 3}
+              "loss": float("nan"), "top1": 0.25, "wall_seconds": 3,
+              "history": [{"loss": 2.0}, {"loss": 1.5, "val_loss": float("inf")}]}
     results = Results.of(values, tmp_path / "results-evaluate.json")
     text = results.to_json()
-    assert "NaN" not in text
-    stored = json.loads(text)
+    assert "NaN" not in text and "Infinity" not in text
+    stored = json.loads(text, parse_constant=lambda name: pytest.fail(f"not strict: {name}"))
     assert stored["checkpoint"] == "checkpoints/epoch-0002" and stored["loss"] is None
+    # The nulls that were not finite are named (a null alone would read as "not measured").
+    assert stored["non_finite"] == ["loss", "history[1].val_loss"]
+    assert stored["history"][1]["val_loss"] is None
+    assert Results.read(results.write(tmp_path / "results-evaluate.json")) == results
     assert stored["wall_seconds"] == 3 and stored["version"] == Results.VERSION
 
 
@@ -169,3 +174,20 @@ def test_the_record_types_name_every_field():
     for cls in (RunConfig, CheckpointState, BestRecord, Results):
         fields = [f.name for f in dataclasses.fields(cls)]
         assert sorted(fields) == sorted(cls.TYPES), cls.__name__
+
+
+def test_every_json_writer_of_the_package_refuses_nan():
+    # Python's json writes NaN and Infinity, which strict readers reject: every json.dump(s)
+    # call of the package passes allow_nan=False (and strict() where a value may be a NaN).
+    package = pathlib.Path(record.__file__).parents[1]
+    calls = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("dump", "dumps")
+                    and getattr(node.func.value, "id", None) == "json"):
+                strict_ = any(k.arg == "allow_nan" and getattr(k.value, "value", True) is False
+                              for k in node.keywords)
+                calls.append((f"{path.relative_to(package)}:{node.lineno}", strict_))
+    assert len(calls) >= 7  # the records, manifest, lock, class names, export mark, ...
+    assert [where for where, ok in calls if not ok] == []
