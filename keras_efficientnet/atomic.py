@@ -59,7 +59,15 @@ def describe_path(path: Path) -> str | None:
         return f"a symbolic link (to {os.readlink(path)!r})"
     if stat.S_ISREG(mode):
         return None
-    return "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    return _kind(mode)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    return "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
 
 
 def check_regular(path: str | os.PathLike) -> Path:
@@ -191,7 +199,7 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         tmp = Path(name)
         yield tmp
         check_regular(tmp)  # the block may have replaced it: never flush through a link
-        with open(tmp, "rb+") as f:
+        with open_file(tmp, "rb+") as f:
             os.fsync(f.fileno())
         private_mode(tmp)
         check_regular(path)
@@ -205,8 +213,88 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+# open()'s modes as os.open flags. Truncation waits until the file is known to be regular.
+_MODES = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT, "a": os.O_WRONLY | os.O_CREAT
+          | os.O_APPEND, "r+": os.O_RDWR, "w+": os.O_RDWR | os.O_CREAT,
+          "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND}
+
+
+def open_file(path: str | os.PathLike, mode: str = "r", *, links: bool = False,
+              encoding: str | None = None, errors: str | None = None,
+              newline: str | None = None, buffering: int = -1):
+    """`open(path, mode)` for the package's files, checked the one way: the file object of a
+    regular file, else UnsafePathError naming the path and what is there.
+
+    Never through a symbolic link (O_NOFOLLOW; `links=True` follows them, for inputs a user
+    names, which may be links); never blocked on a named pipe (O_NONBLOCK, cleared once fstat
+    says the open file is regular: a FIFO would wait for a writer forever, and ignore
+    SIGTERM meanwhile); never a directory, socket or device. "w" truncates only after that
+    check. Every other OSError (missing, permission, ...) is raised as open() raises it.
+
+    Example:
+        >>> with open_file(run / "metrics.csv", "a", newline="") as f: ...
+    """
+    path = Path(path)
+    binary = "b" in mode
+    base = mode.replace("b", "").replace("t", "")
+    flags = _MODES[base] | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not links:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except OSError as error:
+        found = describe_path(path) if error.errno in (errno.ELOOP, errno.EISDIR,
+                                                       errno.ENXIO) else None
+        if found and (links is False or not found.startswith("a symbolic link")):
+            raise UnsafePathError(_not_regular(path, found)) from None
+        raise
+    try:
+        mode_bits = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode_bits):
+            raise UnsafePathError(_not_regular(path, _kind(mode_bits)))
+        os.set_blocking(fd, True)
+        if base.startswith("w"):
+            os.ftruncate(fd, 0)
+        if binary:
+            return os.fdopen(fd, mode, buffering)
+        return os.fdopen(fd, mode.replace("t", ""), buffering, encoding=encoding or "utf-8",
+                         errors=errors, newline=newline)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _not_regular(path: Path, found: str) -> str:
+    return (f"{path} is {found}, not a regular file: files are never read or written through "
+            "a link, a pipe or a folder; remove it (or give another path)")
+
+
+def append_text(path: str | os.PathLike, text: str) -> None:
+    """Appends `text` to the file `path` (created if missing) through `open_file`'s checks, in
+    one write that is flushed; a write the system refuses (a full disk) is undone (the file cut
+    back to its length before) and raised as WriteError naming the file, the free space and
+    the fix."""
+    path = Path(path)
+    try:
+        with open_file(path, "ab", buffering=0) as f:
+            fd, data = f.fileno(), memoryview(text.encode("utf-8"))
+            before = os.fstat(fd).st_size
+            try:
+                while data:  # os.write may write part of it
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, before)
+                raise
+    except OSError as error:
+        if isinstance(error, (UnsafePathError, WriteError)):
+            raise
+        raise write_error(path, error) from None
+
+
 def write_atomically(path: str | os.PathLike, text: str) -> Path:
     """Writes `text` to `path` atomically; returns the path."""
-    with atomic_file(path) as tmp:
-        tmp.write_text(text)
+    with atomic_file(path) as tmp, open_file(tmp, "w") as f:
+        f.write(text)
     return Path(path)

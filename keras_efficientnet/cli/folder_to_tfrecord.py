@@ -21,7 +21,7 @@ import random
 import sys
 from typing import TYPE_CHECKING
 
-from keras_efficientnet.atomic import write_atomically
+from keras_efficientnet.atomic import UnsafePathError, open_file, write_atomically
 from keras_efficientnet.cli.errors import DONE, BadInput
 from keras_efficientnet.cli.parser import CommandParser, command_status, run_command
 from keras_efficientnet.datasets.folder_layout import split_folders
@@ -66,8 +66,12 @@ def _write_shard(path: str, items: list[tuple[str, int]], class_names: list[str]
     skipped = []
     with tf.io.TFRecordWriter(path) as writer:
         for file, label in items:
-            with open(file, "rb") as f:
-                data = f.read()
+            try:
+                with open_file(file, "rb", links=True) as f:  # a pipe never blocks the shard
+                    data = f.read()
+            except UnsafePathError:  # a pipe, socket or device named like an image
+                skipped.append(file)
+                continue
             if validate and not _readable(data):
                 skipped.append(file)
                 continue
@@ -98,7 +102,7 @@ def convert(input_dir: str, output_dir: str, splits: list[str] | None = None,
     info_path = os.path.join(output_dir, sources.TFRECORD_INFO_FILE)
     info = {"splits": {}}
     if os.path.exists(info_path):
-        with open(info_path) as f:
+        with open_file(info_path) as f:
             info = json.load(f)
     for split in splits:
         paths, labels, class_names = sources.list_image_folder(input_dir, split)

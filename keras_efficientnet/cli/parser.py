@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from keras_efficientnet.atomic import open_file
 from keras_efficientnet.cli.errors import BAD_INPUT, BadInput, exit_status_help, one_line
 from keras_efficientnet.runs import record, weights
 
@@ -160,9 +161,9 @@ def check_model_file(path: str | None, flag: str = MODEL_FILE_FLAG) -> dict:
         raise BadInput(f"{flag}={path!r} is not a .keras file (what training writes, e.g. "
                        "runs/NAME/model.keras)")
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_file(path, "rb", links=True) as f, zipfile.ZipFile(f) as archive:
             config = json.loads(archive.read(record.KERAS_ARCHIVE_CONFIG))
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError):
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError, ValueError):
         raise BadInput(f"{path}: not a Keras model file (a .keras file is a zip archive with a "
                        "config.json; this one is not)") from None
     inner = config.get("config", {}) if isinstance(config, dict) else {}

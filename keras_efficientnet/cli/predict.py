@@ -26,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from keras_efficientnet.atomic import UnsafePathError, open_file
 from keras_efficientnet.cli.errors import BAD_INPUT, RUN_FAILED, BadInput
 from keras_efficientnet.cli.parser import (
     CommandParser,
@@ -107,8 +108,10 @@ def expand_paths(paths: list[str]) -> list[Path]:
 def not_an_image(path: Path) -> str | None:
     """Why `path` cannot be an image TensorFlow decodes, judged by its first bytes, or None."""
     try:
-        with open(path, "rb") as f:
+        with open_file(path, "rb", links=True) as f:  # never blocks on a pipe
             head = f.read(8)
+    except UnsafePathError as error:
+        return str(error)
     except OSError as error:
         return f"{path}: cannot be read ({error.strerror})"
     if not head.startswith(IMAGE_SIGNATURES):
@@ -118,8 +121,9 @@ def not_an_image(path: Path) -> str | None:
 
 def _read_names(path: Path) -> list[str]:
     try:
-        names = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        with open_file(path) as f:  # a run's class_names.json: never through a link
+            names = json.loads(f.read())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, UnsafePathError) as error:
         raise BadInput(f"{path}: not a JSON list of class names ({error})") from None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise BadInput(f"{path}: expected a JSON list of class names (strings)")
@@ -316,14 +320,14 @@ def _printable(text: str) -> str:
 
 
 def _write(records, args) -> None:
-    from keras_efficientnet.atomic import atomic_file
+    from keras_efficientnet.atomic import atomic_file, open_file
 
     if args.output:
         text = render_output(records, Path(args.output).suffix.lower())
-        with atomic_file(args.output) as tmp:
+        with atomic_file(args.output) as tmp, open_file(tmp, "wb") as f:
             # A name that is not UTF-8 is written as its own bytes (surrogateescape), so that
             # reading the file back the same way gives the very path (JSON escapes it itself).
-            tmp.write_bytes(text.encode("utf-8", "surrogateescape"))
+            f.write(text.encode("utf-8", "surrogateescape"))
         print(_printable(f"wrote {len(records)} predictions to {args.output}"))
     else:
         for record in records:

@@ -16,6 +16,7 @@ import re
 import stat
 from pathlib import Path
 
+from keras_efficientnet.atomic import open_file
 from keras_efficientnet.runs.record import CHECKPOINT_PREFIX as PREFIX
 from keras_efficientnet.runs.record import MANIFEST
 
@@ -36,7 +37,7 @@ def position_of(path: str | os.PathLike) -> tuple[int, int] | None:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_file(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -46,7 +47,7 @@ def write_manifest(folder: Path, epoch: int, batch: int, healthy: bool) -> None:
     """Writes `folder/manifest.json` (flushed) describing every other file in `folder`."""
     files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(folder.iterdir()) if p.name != MANIFEST}
-    with open(folder / MANIFEST, "w") as f:
+    with open_file(folder / MANIFEST, "w") as f:
         json.dump({"epoch": epoch, "batch": batch, "healthy": healthy, "files": files}, f,
                   indent=1, sort_keys=True, allow_nan=False)
         f.flush()
@@ -55,7 +56,7 @@ def write_manifest(folder: Path, epoch: int, batch: int, healthy: bool) -> None:
 
 def read_manifest(folder: str | os.PathLike) -> dict:
     """The manifest of a checkpoint folder (OSError or ValueError when unreadable)."""
-    with open(Path(folder) / MANIFEST) as f:
+    with open_file(Path(folder) / MANIFEST) as f:
         manifest = json.load(f)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise ValueError("not a manifest (no 'files' table)")

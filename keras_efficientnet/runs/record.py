@@ -23,6 +23,8 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+from keras_efficientnet.atomic import UnsafePathError, open_file
+
 # --- The run directory (`--model_dir`) ---
 CONFIG = "config.json"  # RunConfig: the resolved configuration, classes and resolutions
 CHECKPOINTS = "checkpoints"  # the checkpoint folders (training/checkpoint.py)
@@ -39,6 +41,11 @@ RESULTS = "results.json"  # Results of a training run; results-<mode>.json of th
 # What a run writes into its model_dir (glob patterns): a fresh run moves these aside.
 RUN_ENTRIES = (CHECKPOINTS, LOGS, "results*.json", "*.weights.h5", "*.keras", CONFIG, METRICS,
                CLASS_NAMES, BEST_RECORD)
+
+# The run's own regular files (results-<mode>.json besides): each must be a regular file or
+# absent, never a link, pipe or folder (checked when a run takes its directory).
+RUN_FILES = (CONFIG, METRICS, BEST_RECORD, BEST_MODEL, MODEL, CLASS_NAMES, FINETUNED_WEIGHTS,
+             RESULTS, LOCK)
 
 # --- Inside `checkpoints/` ---
 LATEST = "LATEST"  # names the newest healthy checkpoint (for people; never trusted)
@@ -233,7 +240,10 @@ class Record:
         if missing_ok and not os.path.lexists(path):
             return None
         try:
-            text = path.read_text(encoding="utf-8")
+            with open_file(path) as f:
+                text = f.read()
+        except UnsafePathError as error:
+            raise RecordError(str(error)) from None
         except (OSError, UnicodeDecodeError) as error:
             reason = getattr(error, "strerror", None) or str(error)
             raise RecordError(f"{path}: cannot be read ({reason}); restore it or remove it"
@@ -446,6 +456,6 @@ class Results(Record):
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """The rows of a run's metrics.csv (METRICS), as dicts of floats (None for empty cells)."""
-    with open(path, newline="") as f:
+    with open_file(path, newline="") as f:
         return [{k: (float(v) if v != "" else None) for k, v in row.items()}
                 for row in csv.DictReader(f)]

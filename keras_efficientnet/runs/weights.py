@@ -32,6 +32,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from keras_efficientnet.atomic import UnsafePathError, open_file
 from keras_efficientnet.runs import manifest, record
 
 log = logging.getLogger("keras_efficientnet")
@@ -159,8 +160,10 @@ def _file(path: Path, named: str) -> Weights:
         _verify_keras(path, named)
         return Weights("keras", path)
     try:
-        with open(path, "rb") as f:
+        with open_file(path, "rb", links=True) as f:  # a user's file may be a link
             head = f.read(len(HDF5_SIGNATURE))
+    except UnsafePathError as error:  # a pipe would block the read for good
+        raise WeightsError(f"{named}: {error}") from None
     except OSError as error:
         raise WeightsError(f"{named}: {path} cannot be read ({error.strerror})") from None
     if head != HDF5_SIGNATURE:
@@ -172,9 +175,12 @@ def _file(path: Path, named: str) -> Weights:
 def _verify_keras(path: Path, named: str) -> None:
     """A `.keras` file is a zip with `config.json` and the weights, every member intact."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        # Through open_file: a named pipe there would block the read for good.
+        with open_file(path, "rb", links=True) as f, zipfile.ZipFile(f) as archive:
             names = set(archive.namelist())
             bad = archive.testzip()  # reads every member: a CRC that does not hold
+    except UnsafePathError as error:
+        raise WeightsError(f"{named}: {error}") from None
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
         raise WeightsError(f"{named}: {path} is not a readable Keras model file (a .keras "
                            f"file is a zip archive: {str(error).splitlines()[0][:120]}); "

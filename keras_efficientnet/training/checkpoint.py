@@ -26,7 +26,7 @@ import numpy as np
 
 from keras_efficientnet import atomic
 from keras_efficientnet.atomic import fsync_directory as _fsync_dir
-from keras_efficientnet.atomic import write_atomically
+from keras_efficientnet.atomic import open_file, write_atomically
 
 # A checkpoint's names, its manifest and every file name of a run are runs/' (re-exported).
 from keras_efficientnet.runs.manifest import (  # noqa: F401
@@ -104,7 +104,7 @@ def _copy_flushed(source: Path, target: Path) -> str:
     """A copy of `source` at `target`, flushed to disk (a copy, not a hard link: damage done
     to one file in place must not reach the other); returns the SHA-256 of the bytes copied."""
     digest = hashlib.sha256()
-    with open(source, "rb") as read, open(target, "wb") as write:
+    with open_file(source, "rb") as read, open_file(target, "wb") as write:
         for block in iter(lambda: read.read(1 << 20), b""):
             digest.update(block)
             write.write(block)
@@ -114,7 +114,7 @@ def _copy_flushed(source: Path, target: Path) -> str:
 
 
 def _save_arrays(path: Path, arrays) -> None:
-    with open(path, "wb") as f:
+    with open_file(path, "wb") as f:
         np.savez(f, *[np.asarray(a) for a in arrays])
         f.flush()
         os.fsync(f.fileno())
@@ -208,7 +208,8 @@ class CheckpointManager:
         pointer = self.directory / LATEST
         found = atomic.describe_path(pointer)
         if found is None and pointer.is_file():
-            name = pointer.read_text(errors="replace").strip()
+            with atomic.open_file(pointer, errors="replace") as f:
+                name = f.read(4096).strip()
             target = self.directory / name
             if _NAME.match(name) is None or (target.exists() and self._outside(target)):
                 found = f"naming {name[:200]!r}, which is not a checkpoint of {self.directory}"
@@ -303,7 +304,7 @@ class CheckpointManager:
             record = CheckpointState.from_dict(
                 {**(state or {}), "epoch": epoch, "batch": batch, "healthy": healthy,
                  "version": CheckpointState.VERSION}, final / STATE)
-            with open(tmp / STATE, "w") as f:
+            with open_file(tmp / STATE, "w") as f:
                 f.write(record.to_json())
                 f.flush()
                 os.fsync(f.fileno())

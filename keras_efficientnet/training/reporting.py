@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import keras
 
+from keras_efficientnet.atomic import append_text, open_file
 from keras_efficientnet.runs.record import read_metrics
 
 # train_seconds: the run's training time so far (each epoch from its start to its last batch,
@@ -32,7 +34,10 @@ class MetricsCSV(keras.callbacks.Callback):
         self._began = self._epoch_began = self._last_batch = None
 
     def on_train_begin(self, logs=None):
-        if self.path.is_file() and self.path.stat().st_size:
+        # Checked before the first epoch, not at its end: a link, pipe or folder at the path
+        # is one UnsafePathError line now (the run directory's check usually said so before).
+        append_text(self.path, "")
+        if self.path.stat().st_size:
             rows = read_metrics(self.path)
             last = rows[-1] if rows else {}
             self._train_seconds = last.get("train_seconds") or 0.0
@@ -58,18 +63,21 @@ class MetricsCSV(keras.callbacks.Callback):
             self._wall_seconds, self._began = self._wall_seconds + now - self._began, now
         logs["train_seconds"] = round(self._train_seconds, 3)
         logs["wall_seconds"] = round(self._wall_seconds, 3)
-        new = not self.path.is_file() or self.path.stat().st_size == 0
+        new = not os.path.lexists(self.path) or self.path.stat().st_size == 0
         columns = COLUMNS if new else _header(self.path)
-        with open(self.path, "a", newline="") as f:
-            writer = csv.writer(f)
-            if new:
-                writer.writerow(columns)
-            writer.writerow([_cell(logs.get(name)) for name in columns])
+        text = io.StringIO()
+        writer = csv.writer(text)
+        if new:
+            writer.writerow(columns)
+        writer.writerow([_cell(logs.get(name)) for name in columns])
+        # One checked append (never through a link or into a pipe); a full disk is one line
+        # naming metrics.csv, the free space and the fix, and leaves no half row.
+        append_text(self.path, text.getvalue())
 
 
 def _header(path: Path) -> tuple[str, ...]:
     """The columns a metrics.csv began with (a run resumed from an older version keeps them)."""
-    with open(path, newline="") as f:
+    with open_file(path, newline="") as f:
         return tuple(next(csv.reader(f), COLUMNS))
 
 

@@ -319,6 +319,15 @@ class RunDir:
         return lines
 
 
+def check_run_files(model_dir: Path, mode: str) -> None:
+    """UnsafePathError (one line, exit status 2) when a file the run reads or writes
+    (`record.RUN_FILES`, its results file) is a link, a named pipe, a folder or anything but a
+    regular file: said when the run takes its directory, before the frameworks load, rather
+    than at the first epoch's end (metrics.csv) or never (a pipe blocks the run for good)."""
+    for name in dict.fromkeys((*record.RUN_FILES, results_name(mode))):
+        atomic.check_regular(model_dir / name)
+
+
 @contextlib.contextmanager
 def owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
     """`_owned` under a umask that keeps everything the run writes from being group- or
@@ -347,6 +356,7 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
     for entry in (CHECKPOINTS, record.LOGS):  # written into: never through a link
         atomic.check_directory(path / entry)
     if MODE_TABLE[config.mode].scores_only:  # reads the run directory only: no lock
+        check_run_files(path, config.mode)
         yield RunDir(path)
         return
     lock = RunLock(path)
@@ -359,6 +369,7 @@ def _owned(config, *, chief: bool = True) -> Iterator[RunDir | None]:
             info.moved_to = move_previous_run(path)
         for line in info.notes()[1:] if info.took_over else info.notes():
             log.info(line)
+        check_run_files(path, config.mode)  # after the fresh-run rule moved an earlier run's
         yield info
     finally:
         lock.release()

@@ -114,6 +114,36 @@ def test_a_link_at_checkpoints_is_refused_before_any_work(tmp_path):
     assert not (run / "run.lock").exists()
 
 
+@pytest.mark.parametrize("name,mode", [("metrics.csv", "train"), ("config.json", "train"),
+                                       ("best.json", "train"), ("best.keras", "train"),
+                                       ("results.json", "train"),
+                                       ("results-evaluate.json", "evaluate")])
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_every_run_file_is_checked_when_the_run_takes_its_directory(tmp_path, name, mode,
+                                                                    kind):
+    # Before the first epoch (metrics.csv failed only after a whole one, a pipe hung the run).
+    import signal
+
+    run = tmp_path / "run"
+    run.mkdir()
+    victim = _victim(tmp_path)
+    path = run / name
+    {"symlink": lambda: path.symlink_to(victim), "fifo": lambda: os.mkfifo(path),
+     "directory": path.mkdir}[kind]()
+    signal.alarm(10)  # a blocked open fails (SIGALRM) instead of hanging the suite
+    try:
+        with pytest.raises(atomic.UnsafePathError) as raised:
+            with run_dir.owned(TrainConfig(model_dir=str(run), resume=True, mode=mode)):
+                pass
+    finally:
+        signal.alarm(0)
+    found = {"symlink": "a symbolic link", "fifo": "a named pipe (FIFO)",
+             "directory": "a directory"}[kind]
+    assert str(raised.value).startswith(f"{path} is {found}")
+    assert errors.describe(raised.value)[1] == 2
+    assert victim.read_text() == "precious\n"
+
+
 # 2. Everything resolves inside the run; "diverged" only from the manifest.
 
 def test_latest_pointing_into_another_run_is_ignored_in_one_line(tmp_path, caplog):

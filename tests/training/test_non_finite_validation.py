@@ -99,9 +99,11 @@ def test_a_second_non_finite_validation_in_a_row_stops_the_run(nan_statistics, t
     assert not (run / "checkpoints" / "epoch-0002").exists()
 
 
-def test_a_non_finite_validation_after_a_best_keeps_that_best(tmp_path, monkeypatch, caplog):
-    # Scripted scores: epoch 1 finite (the best), epoch 2 NaN loss with a top-1 that would win.
-    from keras_efficientnet.training import validation as validation_module
+def test_a_non_finite_validation_is_never_a_best_and_a_finite_one_resets_the_count(
+        tmp_path, monkeypatch, caplog):
+    # Scripted scores: epoch 1 finite (a best); epoch 2 a NaN loss with a top-1 that would
+    # win; epoch 3 finite and better (the best, and the count starts again); epoch 4 an
+    # infinite top-5 with the highest top-1: one in a row, warned about, not a best.
     from keras_efficientnet.training.validation import Validation
 
     config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="digits",
@@ -109,17 +111,22 @@ def test_a_non_finite_validation_after_a_best_keeps_that_best(tmp_path, monkeypa
                          model_dir=str(tmp_path))
     script = iter([{"top1": 0.5, "top5": 0.9, "loss": 1.0},
                    {"top1": 0.9, "top5": 1.0, "loss": float("nan")},
-                   {"top1": 0.6, "top5": float("inf"), "loss": 0.9}])
+                   {"top1": 0.6, "top5": 0.95, "loss": 0.9},
+                   {"top1": 0.95, "top5": float("inf"), "loss": 0.5}])
     monkeypatch.setattr("keras_efficientnet.training.builders.evaluate",
                         lambda model, data, steps: next(script))
     validation = Validation(config, 10, 1)
     validation._build()
     model = validation._copy
-    monkeypatch.setattr(validation_module, "NON_FINITE_STOP", 3)
     with caplog.at_level(logging.WARNING, "keras_efficientnet"):
-        logs = [validation(epoch, model, None) for epoch in range(3)]
-    assert validation.best["epoch"] == 1 and validation.best["val_top1"] == 0.5
-    assert np.isnan(logs[1]["val_loss"]) and np.isinf(logs[2]["val_top5"])
-    assert validation.non_finite == [2, 3]  # two in a row, under the patched limit of 3
+        logs = [validation(epoch, model, None) for epoch in range(4)]
+    assert validation.best["epoch"] == 3 and validation.best["val_top1"] == 0.6
+    assert np.isnan(logs[1]["val_loss"]) and np.isinf(logs[3]["val_top5"])
+    assert validation.non_finite == [4]  # epoch 3 reset the count: the run goes on
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 2 and "best.keras stays epoch 1's" in warned[0]
+    assert len(warned) == 2
+    assert warned[0].startswith("validation after epoch 2 is not finite (val_loss nan): the "
+                                "latest weights give non-finite outputs on the validation "
+                                "split")
+    assert "not a best (best.keras stays epoch 1's)" in warned[0]
+    assert "(val_top5 inf)" in warned[1] and "best.keras stays epoch 3's" in warned[1]

@@ -60,3 +60,93 @@ def test_a_file_begun_by_an_older_version_keeps_its_columns(tmp_path):
         lines = list(csv.reader(f))
     assert lines[0] == list(old_columns) and all(len(line) == 8 for line in lines)
     assert read_metrics(path)[1]["epoch"] == 2
+
+
+# metrics.csv is opened through atomic.open_file's checks, appends included (issue 36).
+
+def _bounded(seconds: int = 5):
+    """A SIGALRM that fails the test instead of letting a blocked open hang the suite."""
+    import signal
+
+    def fail(signum, frame):
+        raise TimeoutError(f"blocked for {seconds} s")
+
+    signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_link_pipe_or_folder_at_metrics_csv_is_refused_before_the_first_epoch(tmp_path,
+                                                                                 kind):
+    import os
+    import signal
+
+    from keras_efficientnet.atomic import UnsafePathError
+
+    path, victim = tmp_path / "metrics.csv", tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    {"symlink": lambda: path.symlink_to(victim), "fifo": lambda: os.mkfifo(path),
+     "directory": path.mkdir}[kind]()
+    found = {"symlink": f"a symbolic link (to {str(victim)!r})", "fifo": "a named pipe (FIFO)",
+             "directory": "a directory"}[kind]
+    callback = MetricsCSV(path)
+    _bounded()
+    try:
+        with pytest.raises(UnsafePathError) as raised:
+            callback.on_train_begin()  # before any epoch
+    finally:
+        signal.alarm(0)
+    assert str(raised.value).startswith(f"{path} is {found}, not a regular file")
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_full_disk_names_metrics_csv_the_free_space_and_the_fix_and_leaves_no_half_row(
+        tmp_path, monkeypatch):
+    import errno
+    import os
+    import shutil
+
+    from keras_efficientnet import atomic
+    from keras_efficientnet.cli import errors
+
+    path = tmp_path / "metrics.csv"
+    callback = MetricsCSV(path)
+    callback._clock = FakeClock(0.0, 1.0, 2.0, 3.0)
+    callback.on_train_begin()
+    _epoch(callback, 0, 1)
+    before = path.read_bytes()
+    real_write = os.write
+
+    def disk_full_half_way(fd, data):  # a few bytes land, then the disk is full
+        if len(data) > 4:
+            return real_write(fd, bytes(data[:4]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "write", disk_full_half_way)
+    callback._clock = FakeClock(4.0, 5.0, 6.0)
+    with pytest.raises(atomic.WriteError) as raised:
+        _epoch(callback, 1, 1)
+    monkeypatch.undo()
+    free = atomic.human_bytes(shutil.disk_usage(tmp_path).free)
+    assert str(raised.value) == (
+        f"could not write {path}: No space left on device ({free} free there); nothing "
+        "half-written was left. Fix: free space (or raise the quota, or give a --model_dir on "
+        "another disk), then rerun the same command")
+    assert path.read_bytes() == before  # the half row was cut away
+    assert errors.describe(raised.value)[1] == 1
+
+
+def test_non_finite_figures_are_written_as_such_not_as_missing(tmp_path):
+    path = tmp_path / "metrics.csv"
+    callback = MetricsCSV(path)
+    callback._clock = FakeClock(0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+    callback.on_train_begin()
+    _epoch(callback, 0, 1, {"val_loss": float("nan"), "val_top1": 0.1,
+                            "val_top5": float("-inf")})
+    _epoch(callback, 1, 1)
+    text = path.read_text().splitlines()
+    assert text[1].split(",")[4:7] == ["nan", "0.1", "-inf"]
+    assert text[2].split(",")[4:7] == ["", "", ""]  # no validation that epoch
+    rows = read_metrics(path)
+    assert rows[0]["val_loss"] != rows[0]["val_loss"] and rows[0]["val_top5"] == float("-inf")
+    assert rows[1]["val_loss"] is None
