@@ -26,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from keras_efficientnet.atomic import UnsafePathError, open_file
+from keras_efficientnet.atomic import UnsafePathError, describe_path, open_file
 from keras_efficientnet.cli.errors import BAD_INPUT, RUN_FAILED, BadInput
 from keras_efficientnet.cli.parser import (
     CommandParser,
@@ -77,6 +77,11 @@ def _check_numbers(args) -> None:
             raise BadInput(f"--{name}={getattr(args, name)}: must be at least {low}")
     if args.resize_ratio < 1.0:
         raise BadInput(f"--resize_ratio={args.resize_ratio}: must be at least 1.0")
+    found = describe_path(Path(args.output)) if args.output else None
+    if found:  # said before the model loads, not after every image is predicted
+        raise BadInput(f"--output={args.output!r} is {found}: predict writes its own regular "
+                       "file there, never into a folder or through a link; give the path of a "
+                       "new .csv or .jsonl file (or remove what is there)")
     if args.output and Path(args.output).suffix.lower() not in OUTPUT_SUFFIXES:
         raise BadInput(f"--output={args.output!r}: give a .csv or .jsonl file")
     if args.output and not Path(args.output).resolve().parent.is_dir():
@@ -98,7 +103,7 @@ def expand_paths(paths: list[str]) -> list[Path]:
             if not found:
                 raise BadInput(f"{path}: folder holds no {', '.join(IMAGE_EXTENSIONS)} files")
             files.extend(found)
-        elif path.is_file():
+        elif path.exists():  # a pipe or device too: not_an_image names it, it never blocks
             files.append(path)
         else:
             raise BadInput(f"{path}: no such file or folder")

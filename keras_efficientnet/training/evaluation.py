@@ -7,6 +7,7 @@ from pathlib import Path
 
 from keras_efficientnet.runs import weights as weights_lib
 from keras_efficientnet.training.resume import load_weights_for
+from keras_efficientnet.training.run_config import named_from_run
 
 
 def load_model_file(model, path: Path, config, named: str | None = None) -> None:
@@ -16,7 +17,7 @@ def load_model_file(model, path: Path, config, named: str | None = None) -> None
     they differ."""
     weights = weights_lib.resolve(str(path), named=named or str(path))
     weights_lib.load(weights, model, named=named or str(path),
-                     target=f"--model={config.model}")
+                     target=named_from_run(config, "model"))
 
 
 def load_evaluated_weights(config, model) -> str:

@@ -13,23 +13,29 @@ from keras_efficientnet.runs.record import RunFiles
 from keras_efficientnet.training.builders import use_one_hot
 from keras_efficientnet.training.checkpoint import CheckpointManager
 from keras_efficientnet.training.config import ARCHITECTURE_FIELDS, TrainConfig
+from keras_efficientnet.training.modes import MODE_TABLE
+from keras_efficientnet.training.run_config import named_from_run, run_config_path
 
 
-def check_architecture(saved: dict, config: TrainConfig, where: Path) -> None:
-    differing = [f"{name} (checkpoint {saved.get(name)!r}, now {getattr(config, name)!r})"
+def check_architecture(saved: dict, config: TrainConfig, where: Path,
+                       fix: str = "Use another --model_dir, or --noresume to start afresh."
+                       ) -> None:
+    # Each value is named by where it came from: a flag, or the run's config.json (evaluate).
+    differing = [f"{name} (checkpoint {saved.get(name)!r}, now {named_from_run(config, name)})"
                  for name in ARCHITECTURE_FIELDS if saved.get(name) != getattr(config, name)]
     if differing:
         raise ValueError(
             f"the checkpoint in {where} was trained with another architecture: "
-            f"{'; '.join(differing)}. Use another --model_dir, or --noresume to start afresh.")
+            f"{'; '.join(differing)}. {fix}")
 
 
-def check_classes(saved: dict, num_classes: int, config: TrainConfig, where: Path) -> None:
+def check_classes(saved: dict, num_classes: int, config: TrainConfig, where: Path,
+                  fix: str = "Use another --model_dir, or --noresume to start afresh (the "
+                             "earlier run is moved to model_dir/previous/).") -> None:
     if saved.get("num_classes", num_classes) != num_classes:
         raise ValueError(
             f"the checkpoint in {where} was trained on {saved['num_classes']} classes but "
-            f"--dataset={config.dataset} has {num_classes}. Use another --model_dir, or "
-            "--noresume to start afresh (the earlier run is moved to model_dir/previous/).")
+            f"{named_from_run(config, 'dataset')} has {num_classes}. {fix}")
 
 
 def resume_point(config: TrainConfig, manager: CheckpointManager, num_classes: int,
@@ -66,14 +72,18 @@ def load_weights_for(config: TrainConfig, model: keras.Model, averaged: bool = T
                 f"{files.checkpoints} and no --init_checkpoint given")
         spec, flag = config.model_dir, "--model_dir"
     weights = weights_lib.resolve(spec, flag=flag, default=default)
+    fix = (f"Give the flags it was trained with (--model, --dataset), or another {flag}"
+           if config.init_checkpoint or not MODE_TABLE[config.mode].scores_only else
+           f"Fix or restore {run_config_path(config.model_dir)}, or give the flags it was "
+           "trained with (--model, --dataset)")
     if weights.kind == "checkpoint":
         saved = weights_lib.checkpoint_state(weights)
-        check_architecture(saved.config or {}, config, weights.path)
+        check_architecture(saved.config or {}, config, weights.path, f"{fix}.")
         check_classes({"num_classes": saved.num_classes or model.output_shape[-1]},
-                      model.output_shape[-1], config, weights.path)
+                      model.output_shape[-1], config, weights.path, f"{fix}.")
     named = f"{flag}={spec!r}" if flag == "--init_checkpoint" else str(weights.path)
-    return weights_lib.load(weights, model, named=named, target=f"--model={config.model}",
-                            slots=slots)
+    return weights_lib.load(weights, model, named=named,
+                            target=named_from_run(config, "model"), slots=slots)
 
 
 def build_metrics(model: keras.Model, config: TrainConfig, resolution: int,

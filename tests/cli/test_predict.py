@@ -237,3 +237,37 @@ def test_csv_cells_never_start_a_formula_and_every_name_round_trips(files, tmp_p
     printed = capsys.readouterr()
     assert "Traceback" not in printed.err
     assert printed.out.count(f"{folder}/") == len(paths)
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+def test_an_output_that_is_a_folder_or_a_link_is_one_line_before_tensorflow(files, tmp_path,
+                                                                            kind):
+    # It was a traceback (a folder) or a write after every image was predicted (a link).
+    output, victim = tmp_path / "out.csv", tmp_path / "victim.csv"
+    victim.write_text("precious\n")
+    output.mkdir() if kind == "directory" else output.symlink_to(victim)
+    found = "a directory" if kind == "directory" else f"a symbolic link (to {str(victim)!r})"
+    done, _ = _run_without_tensorflow(tmp_path, [f"--model_file={files['three']}",
+                                                 str(files["images"][0]), f"--output={output}"])
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        f"error: --output={str(output)!r} is {found}: predict writes its own regular file "
+        "there, never into a folder or through a link; give the path of a new .csv or .jsonl "
+        "file (or remove what is there)\n")
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_named_pipe_among_the_images_is_one_line_and_never_blocks(files, tmp_path, capsys):
+    import signal
+
+    pipe = tmp_path / "pipe.png"
+    os.mkfifo(pipe)
+    signal.alarm(60)  # a blocked read fails the test instead of hanging the suite
+    try:
+        status = predict.main(["predict", f"--model_file={files['three']}",
+                               str(files["images"][0]), str(pipe)])
+    finally:
+        signal.alarm(0)
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"error: {pipe} is a named pipe (FIFO), not a regular file" in err
