@@ -73,7 +73,8 @@ def test_a_link_at_run_lock_is_refused_and_its_target_untouched(tmp_path):
 
 def test_a_fifo_at_run_lock_is_refused(tmp_path):
     os.mkfifo(tmp_path / "run.lock")
-    with pytest.raises(run_dir.RunDirError, match="run.lock is not a regular file"):
+    with pytest.raises(run_dir.RunDirError,
+                       match=r"run.lock is a named pipe \(FIFO\), not a regular file"):
         run_dir.RunLock(tmp_path).acquire()
 
 
