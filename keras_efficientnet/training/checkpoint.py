@@ -405,8 +405,17 @@ class CheckpointManager:
         if optimizer is not None and (path / OPTIMIZER).is_file():
             if not optimizer.built:
                 optimizer.build(model.trainable_variables)
-            _assign(optimizer.variables, _load_arrays(path / OPTIMIZER), "optimizer variables",
-                    path / OPTIMIZER)
+            values, variables = _load_arrays(path / OPTIMIZER), optimizer.variables
+            inner = getattr(optimizer, "inner_optimizer", None)
+            if inner is not None and len(values) == len(inner.variables) != len(variables):
+                # Written without loss scaling (float32) and resumed under mixed_float16: the
+                # saved state is the inner optimizer's; the loss scale starts as a new mixed
+                # run's does (it adapts within a few steps).
+                variables = inner.variables
+                log.info("%s was written without loss scaling: its optimizer state goes into "
+                         "the LossScaleOptimizer's inner optimizer; the loss scale starts "
+                         "afresh", path)
+            _assign(variables, values, "optimizer variables", path / OPTIMIZER)
         state = CheckpointManager.read_state(path)
         if (path / AVERAGE).is_file():
             state["average"] = _load_arrays(path / AVERAGE)

@@ -205,3 +205,73 @@ def test_a_checkpoint_fine_tuned_under_mixed_float16_starts_from_its_averaged_sl
     for path, got in momenta.items():  # one step at rate 0: momentum x the restored value
         np.testing.assert_allclose(got, config.momentum * restored[path], rtol=1e-5,
                                    atol=1e-9)
+
+
+def _compiled(config, precision):
+    from keras_efficientnet.training.builders import build_optimizer, compile_model
+
+    config = config.replace(precision=precision)
+    with trainer.precision_policy(precision):
+        model = trainer.build_model(config, 32, 10)
+        compile_model(model, build_optimizer(config, 0.01), config, 10)
+        model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_a_float32_checkpoint_resumes_under_mixed_float16_with_its_optimizer_state(tmp_path):
+    # Its optimizer state goes into the LossScaleOptimizer's inner optimizer, which is what a
+    # mixed_float16 run's own checkpoint restores; it failed with "holds 240 optimizer
+    # variables but the model has 244".
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="synthetic",
+                         optimizer="rmsprop", micro_batch_size=4, model_dir=str(tmp_path))
+    trained = _compiled(config, "float32")
+    rng = np.random.default_rng(5)
+    saved = [rng.uniform(0.5, 1.5, v.shape).astype(v.dtype) for v in trained.optimizer.variables]
+    for variable, value in zip(trained.optimizer.variables, saved):
+        variable.assign(value)
+    CheckpointManager(tmp_path / "checkpoints").save(1, trained, trained.optimizer,
+                                                     state={"config": config.to_dict()})
+    resumed = _compiled(config, "mixed_float16")
+    assert isinstance(resumed.optimizer, keras.optimizers.LossScaleOptimizer)
+    scale = float(resumed.optimizer.dynamic_scale.numpy())
+    CheckpointManager.restore(tmp_path / "checkpoints" / "epoch-0001", resumed,
+                              resumed.optimizer)
+    inner = resumed.optimizer.inner_optimizer.variables
+    assert len(inner) == len(saved)
+    for variable, value in zip(inner, saved):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(variable), value)
+    assert float(resumed.optimizer.dynamic_scale.numpy()) == scale  # starts afresh
+
+
+@pytest.mark.slow  # two runs of the tiny model (about a minute on the loaded 2-core machine)
+def test_a_float32_run_fine_tuned_under_mixed_float16_starts_from_its_averaged_slots(
+        tmp_path, monkeypatch):
+    # End to end: a float32 training run (2 steps, weight average with slots), then
+    # --mode=finetune --precision=mixed_float16 on its model_dir: the fine-tune receives the
+    # slots of the checkpoint's weight average, and the run ends with status 0.
+    from keras_efficientnet.training.optimizer_state import SlotAverage
+
+    config = TrainConfig(model="efficientnet-tiny-g16-lnpn", dataset="synthetic",
+                         train_resolution=32, test_resolution=32, micro_batch_size=4,
+                         updates_per_epoch=2, epochs=1, eval_every=0, eval_steps=1,
+                         finetune_epochs=1, optimizer="rmsprop", verbose=0, seed=3,
+                         mode="train", model_dir=str(tmp_path / "run"))
+    classes = trainer.train_and_evaluate(config)["num_classes"]
+    checkpoint = tmp_path / "run" / "checkpoints" / "epoch-0001"
+    model = trainer.build_model(config, 32, classes)
+    state = CheckpointManager.restore(checkpoint, model)
+    expected = SlotAverage(0.97, state["average"]).slots(model)
+    assert expected and len(expected) == 2 * len(model.trainable_variables)
+    real, received = trainer.finetune, []
+
+    def finetune(*args, optimizer_slots=None, **kwargs):
+        received.append([np.asarray(s) for s in optimizer_slots])
+        return real(*args, optimizer_slots=optimizer_slots, **kwargs)
+
+    monkeypatch.setattr(trainer, "finetune", finetune)
+    results = trainer.train_and_evaluate(config.replace(mode="finetune",
+                                                        precision="mixed_float16"))
+    assert results["finetune_epochs"] == 1 and np.isfinite(results["top1"])
+    assert len(received) == 1 and len(received[0]) == len(expected)
+    for got, want in zip(received[0], expected):
+        np.testing.assert_array_equal(got, want)
