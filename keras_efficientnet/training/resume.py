@@ -21,7 +21,8 @@ def check_architecture(saved: dict, config: TrainConfig, where: Path,
                        fix: str = "Use another --model_dir, or --noresume to start afresh."
                        ) -> None:
     # Each value is named by where it came from: a flag, or the run's config.json (evaluate).
-    differing = [f"{name} (checkpoint {saved.get(name)!r}, now {named_from_run(config, name)})"
+    differing = [f"{name} (checkpoint {saved.get(name)!r}, now "
+                 f"{named_from_run(config, name, repr(getattr(config, name)))})"
                  for name in ARCHITECTURE_FIELDS if saved.get(name) != getattr(config, name)]
     if differing:
         raise ValueError(

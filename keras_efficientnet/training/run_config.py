@@ -63,13 +63,14 @@ def _type_problem(name: str, value, default) -> str | None:
     return f"must be {what}, found {found}"
 
 
-def named_from_run(config, name: str) -> str:
+def named_from_run(config, name: str, flag: str | None = None) -> str:
     """Field `name` of `config` and its value as a message should name them, by where the value
     came from: in a mode that reads the run's config.json (`--mode=evaluate`),
-    `model 'x' from RUN/config.json` when that file holds it, and `--model='x' (the default;
-    RUN/config.json is missing)` when there is none; else the flag, `--model='x'`."""
+    `model 'x' from RUN/config.json` when that file holds it, and `--model=x (the default:
+    RUN/config.json is missing)` when there is none; else `flag` (default `--model=x`), as the
+    message names a value the command line gave."""
     value = getattr(config, name)
-    flag = f"--{name}={value!r}"
+    flag = flag if flag is not None else f"--{name}={value}"
     if not MODE_TABLE[config.mode].scores_only or name in OWN_FIELDS:
         return flag
     path = run_config_path(config.model_dir)

@@ -69,14 +69,14 @@ def test_values_are_named_by_where_they_came_from(tmp_path):
         f"model 'efficientnet-tiny-g16-gn' from {run / 'config.json'}")
     # Given on the command line (another value than the run's): the flag.
     assert named_from_run(config.replace(model="efficientnet-tiny-g1-bn"), "model") == (
-        "--model='efficientnet-tiny-g1-bn'")
+        "--model=efficientnet-tiny-g1-bn")
     # A training mode: the value is the flag's, though config.json holds the same.
     assert named_from_run(config.replace(mode="train"), "model") == (
-        "--model='efficientnet-tiny-g16-gn'")
+        "--model=efficientnet-tiny-g16-gn")
     # No config.json: the flag's default, and that the file is missing.
     (run / "config.json").unlink()
     assert named_from_run(TrainConfig(mode="evaluate", model_dir=str(run)), "model") == (
-        f"--model='efficientnet-b0-g16-lnpn' (the default: {run / 'config.json'} is missing)")
+        f"--model=efficientnet-b0-g16-lnpn (the default: {run / 'config.json'} is missing)")
 
 
 def test_an_architecture_mismatch_names_config_json_not_a_flag(tmp_path):
