@@ -137,9 +137,13 @@ def resize_ratio_of(source: str) -> float | None:
     """A run directory's evaluation resize ratio (config.json), else None (the default)."""
     import json
 
-    config = Path(weights.split_choice(source)[0]) / "config.json"
+    from keras_efficientnet.atomic import open_file
+    from keras_efficientnet.runs.record import RunFiles
+
+    config = RunFiles(weights.split_choice(source)[0]).config
     try:
-        value = json.loads(config.read_text())["config"].get("eval_resize_ratio")
+        with open_file(config) as f:  # never through a link, never blocked on a pipe
+            value = json.loads(f.read())["config"].get("eval_resize_ratio")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return float(value) if isinstance(value, (int, float)) else None
