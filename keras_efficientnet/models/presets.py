@@ -103,3 +103,33 @@ PAPER_TOP1: dict[tuple[str, str], float] = {
 # Graphcore's application README, beside the paper: G16-GN B4 trained with LARS at batch 6144
 # and 380 px, validated without a fine-tune, "~82.6%".
 GRAPHCORE_TOP1: dict[tuple[str, str], float] = {("efficientnet-b4-g16-gn", "lars"): 82.6}
+
+
+# keras.applications' EfficientNet (its ImageNet weights) is the G1-BN architecture with its
+# input normalization, B0-B7: what those weights fit.
+KERAS_APPLICATIONS_ARCHITECTURE = dict(
+    group_size=1, expand_ratio=None, first_stage_group_size=None, norm="batch",
+    proxy_norm=False, activation="swish", width_coefficient=None, depth_coefficient=None,
+    input_normalization="mean_std")
+KERAS_APPLICATIONS_VARIANTS = ("b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7")
+
+
+def keras_applications_misfit(config: dict) -> str | None:
+    """Why keras.applications' ImageNet weights do not fit the architecture `config`
+    (EfficientNet constructor arguments, e.g. `preset_config(name)`), or None where they fit.
+    Plain Python: the training command refuses `--weights=imagenet` for a G16 preset before
+    TensorFlow loads."""
+    differing = [f"{k}={config.get(k)!r}" for k, v in KERAS_APPLICATIONS_ARCHITECTURE.items()
+                 if config.get(k, v) != v and not (k == "expand_ratio" and config.get(k) == 6)]
+    variant = config.get("variant")
+    if variant not in KERAS_APPLICATIONS_VARIANTS:
+        differing.insert(0, f"variant={variant!r}")
+    if not differing:
+        return None
+    fitting = (f"efficientnet-{variant}-g1-bn" if variant in KERAS_APPLICATIONS_VARIANTS else
+               ", ".join(f"efficientnet-{v}-g1-bn" for v in KERAS_APPLICATIONS_VARIANTS))
+    return ("keras.applications' EfficientNet weights fit only the G1-BN architecture "
+            "(group_size=1, norm='batch', no proxy norm, swish, the table's expansion, width "
+            "and depth, ImageNet mean/std input normalization); received "
+            f"{preset_name(config) or 'this EfficientNet'} ({', '.join(differing)}). "
+            f"Fitting preset: {fitting}")

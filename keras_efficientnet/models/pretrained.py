@@ -11,6 +11,10 @@ import numpy as np
 
 from keras_efficientnet.layers.image_normalization import IMAGENET_MEAN, IMAGENET_STD
 from keras_efficientnet.models.architecture import SCALING, block_specs, round_filters
+from keras_efficientnet.models.presets import (
+    KERAS_APPLICATIONS_VARIANTS,
+    keras_applications_misfit,
+)
 
 log = logging.getLogger("keras_efficientnet")
 
@@ -40,32 +44,6 @@ _IN_BLOCK = {"expand_conv": "expand_conv", "expand_norm": "expand_bn", "spatial_
 # keras.applications' depthwise kernel is (kh, kw, channels, 1); GroupConv2D's with one channel
 # per group is (kh, kw, 1, channels). Every other weight has the same layout in both.
 _DEPTHWISE = "dwconv"
-# The G1-BN architecture: what keras.applications' EfficientNet is.
-# keras.applications' weights expect its input normalization (ImageNet mean and std) too.
-_G1_BN = dict(group_size=1, expand_ratio=None, first_stage_group_size=None, norm="batch",
-              proxy_norm=False, activation="swish", width_coefficient=None,
-              depth_coefficient=None, input_normalization="mean_std")
-_KERAS_VARIANTS = ("b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7")
-
-
-def _fitting_presets(variant: str) -> str:
-    if variant in _KERAS_VARIANTS:
-        return f"efficientnet-{variant}-g1-bn"
-    return ", ".join(f"efficientnet-{v}-g1-bn" for v in _KERAS_VARIANTS)
-
-
-def _describe(config: dict) -> str:
-    from keras_efficientnet.models.presets import preset_name
-
-    name = preset_name(config)
-    differing = ", ".join(f"{k}={config.get(k)!r}" for k, v in _G1_BN.items()
-                          if config.get(k, v) != v and not (k == "expand_ratio"
-                                                             and config.get(k) == 6))
-    if config["variant"] not in _KERAS_VARIANTS:
-        differing = ", ".join(filter(None, [f"variant={config['variant']!r}", differing]))
-    return f"{name or 'this EfficientNet'} ({differing})"
-
-
 def check_weights(weights, config: dict) -> None:
     """Raises a ValueError unless `weights` is "imagenet" or an existing `.h5` file and the
     architecture in `config` (EfficientNet constructor arguments) is the one they fit.
@@ -84,16 +62,10 @@ def check_weights(weights, config: dict) -> None:
                              ".h5 file")
         if not os.path.isfile(weights):
             raise ValueError(f"weights={weights!r}: no such file")
-    misfit = config["variant"] not in _KERAS_VARIANTS or any(
-        config.get(k, v) != v for k, v in _G1_BN.items()
-        if not (k == "expand_ratio" and config.get(k) == 6))
+    misfit = keras_applications_misfit(config)
     if misfit:
-        raise ValueError(
-            f"weights={weights!r} are keras.applications' EfficientNet weights, which fit only "
-            f"the G1-BN architecture (group_size=1, norm='batch', no proxy norm, swish, the "
-            f"table's expansion, width and depth, ImageNet mean/std input normalization); "
-            f"received {_describe(config)}. Fitting "
-            f"preset: {_fitting_presets(config['variant'])}")
+        raise ValueError(f"weights={weights!r} are keras.applications' EfficientNet weights; "
+                         f"{misfit}")
 
 
 class WeightsDownloadError(ConnectionError):
@@ -181,7 +153,7 @@ def _file_variant(layers: dict) -> str | None:
     """The keras.applications variant whose blocks and stem a file holds, if any."""
     blocks = {name.split("_")[0] for name in layers if re.match(r"block\d+[a-z]_", name)}
     stem = layers.get("stem_conv", {}).get("kernel")
-    for variant in _KERAS_VARIANTS:
+    for variant in KERAS_APPLICATIONS_VARIANTS:
         scaling = SCALING[variant]
         names = {spec.name for spec in block_specs(scaling.width, scaling.depth)}
         if names == blocks and stem is not None and stem.shape[-1] == round_filters(
@@ -274,7 +246,8 @@ def load_weights(model: keras.Model, weights: str) -> None:
         what = (f"the file holds keras.applications' EfficientNet{held.upper()}, which fits "
                 f"efficientnet-{held}-g1-bn" if held else
                 "the file is not a keras.applications EfficientNet B0-B7 weights file; "
-                f"fitting presets: {_fitting_presets('')}")
+                "fitting presets: " + ", ".join(
+                    f"efficientnet-{v}-g1-bn" for v in KERAS_APPLICATIONS_VARIANTS))
         raise ValueError(
             f"weights {source!r} do not fit efficientnet-{variant}-g1-bn ({len(misfits)} of "
             f"{len(model.weights)} variables, e.g. {'; '.join(misfits[:2])}); {what}")

@@ -284,7 +284,7 @@ def validate(config: TrainConfig) -> None:
     from keras_efficientnet.runs import weights
     from keras_efficientnet.training.warm_start import check_weights_flag
 
-    check_weights_flag(config.weights)
+    check_weights_flag(config.weights, config.model)
     weights.check(config.init_checkpoint, "--init_checkpoint")
     _check_run(config)
     # The plan's own rules (strategy, replicas and stages together) and its split names.

@@ -20,9 +20,16 @@ log = logging.getLogger("keras_efficientnet")
 HEAD = "predictions/"  # the classifier's variables
 
 
-def check_weights_flag(weights: str) -> None:
-    """Before TensorFlow loads: `weights` is empty or a form of `runs.weights` that exists."""
+def check_weights_flag(weights: str, model: str | None = None) -> None:
+    """Before TensorFlow loads: `weights` is empty or a form of `runs.weights` that exists,
+    and `imagenet` fits preset `model` (keras.applications' weights fit G1-BN only)."""
     weights_lib.check(weights, "--weights")
+    if weights == "imagenet" and model is not None:
+        from keras_efficientnet.models.presets import keras_applications_misfit, preset_config
+
+        misfit = keras_applications_misfit(preset_config(model))
+        if misfit:
+            raise ValueError(f"--weights=imagenet does not fit --model={model}: {misfit}")
 
 
 def _describe(model) -> str:
