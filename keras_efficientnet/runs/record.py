@@ -381,6 +381,7 @@ class Results(Record):
     TYPES: ClassVar[dict[str, tuple]] = {
         "mode": _STR, "model": _STR, "dataset": _STR, "global_batch_size": _INT,
         "num_classes": _INT, "train_examples": _INT, "eval_examples": _INT, "config": (dict,),
+        "eval_images_scored": (int, _NONE),
         "epochs": (int, _NONE), "train_resolution": (int, _NONE),
         "test_resolution": (int, _NONE), "images_per_second": (float, _NONE),
         "history": (list, _NONE), "best": (dict, _NONE), "checkpoint": (str, _NONE),
@@ -398,6 +399,8 @@ class Results(Record):
     train_examples: int
     eval_examples: int
     config: dict
+    # Of eval_examples, how many each score covers (--eval_steps batches; absent before 0.1).
+    eval_images_scored: int | None = None
     epochs: int | None = None
     train_resolution: int | None = None
     test_resolution: int | None = None

@@ -191,6 +191,14 @@ def evaluation_steps(config: TrainConfig, eval_examples: int) -> int:
     return config.eval_steps or -(-eval_examples // config.plan.examples_per_forward_pass)
 
 
+def images_scored(config: TrainConfig, eval_examples: int) -> int:
+    """How many of the held-out split's `eval_examples` an evaluation scores: the first
+    --eval_steps batches (`evaluation_steps`) of them, else all."""
+    if not config.eval_steps:
+        return eval_examples
+    return min(eval_examples, config.eval_steps * config.plan.examples_per_forward_pass)
+
+
 @contextlib.contextmanager
 def precision_policy(precision: str):
     """Sets Keras' global dtype policy for the models built inside, then restores it."""
@@ -231,6 +239,6 @@ def reporting_data_errors(skip_counter):
 
 
 __all__ = ["build_datasets", "build_model", "build_optimizer", "class_names", "compile_model",
-           "dataset_facts", "evaluate", "evaluation_steps", "flip_averaged", "input_options",
-           "lr_schedule", "precision_policy", "reporting_data_errors", "resolutions",
-           "save_outputs", "split_info", "use_one_hot"]
+           "dataset_facts", "evaluate", "evaluation_steps", "flip_averaged", "images_scored",
+           "input_options", "lr_schedule", "precision_policy", "reporting_data_errors",
+           "resolutions", "save_outputs", "split_info", "use_one_hot"]

@@ -25,6 +25,7 @@ from keras_efficientnet.training.builders import (
     evaluate,
     evaluation_steps,
     flip_averaged,
+    images_scored,
     input_options,
     lr_schedule,
     precision_policy,
@@ -152,6 +153,7 @@ class _Run:
         self.config, self.runtime, self.session, self.skipped = config, runtime, session, skipped
         # The fine-tune's optimizer state: the slots averaged with the weights (else the last).
         self.slots: list = []
+        self._scorer = self._mirrored = None  # built by the first evaluation (`scorer`)
         self.train_examples, eval_examples, self.num_classes = dataset_facts(config)
         self.test_res = resolutions(config)[1]
         self.eval_steps = evaluation_steps(config, eval_examples)
@@ -159,6 +161,7 @@ class _Run:
             "mode": config.mode, "model": config.model, "dataset": config.dataset,
             "global_batch_size": config.global_batch_size, "num_classes": self.num_classes,
             "train_examples": self.train_examples, "eval_examples": eval_examples,
+            "eval_images_scored": images_scored(config, eval_examples),
             "config": config.to_dict()}
 
     def trained_or_loaded_model(self) -> tuple[keras.Model, str]:
@@ -187,6 +190,16 @@ class _Run:
         model.set_weights(average.weights_like(model))
         return model, "weight average"
 
+    def scorer(self) -> keras.Model:
+        """The one compiled model at the test resolution that scores this run's evaluations
+        (before and after the fine-tune), given each model's weights in turn: Keras traces a
+        model's test step once, so a new model per evaluation meant a new trace of the same
+        computation each time (and TensorFlow's "triggered tf.function retracing" warning)."""
+        if self._scorer is None:
+            self._scorer = build_model(self.config, self.test_res, self.num_classes)
+            compile_model(self._scorer, "sgd", self.config, self.num_classes)
+        return self._scorer
+
     def one_device_copy(self, model: keras.Model) -> keras.Model:
         """A model built at the test resolution on one device with `model`'s weights."""
         copy = build_model(self.config, self.test_res, self.num_classes)
@@ -194,15 +207,18 @@ class _Run:
         return copy
 
     def evaluate(self, model: keras.Model) -> dict:
+        scorer = self.scorer()
+        scorer.set_weights(model.get_weights())
         data = build_datasets(self.config, self.test_res, training=False,
                               split=self.config.eval_split, repeat=False,
                               num_classes=self.num_classes, skip_counter=self.skipped)
         with reporting_data_errors(self.skipped):
-            scores = evaluate(model, data, self.eval_steps)
+            scores = evaluate(scorer, data, self.eval_steps)
             if self.config.eval_flip:
-                mirrored = flip_averaged(model)
-                compile_model(mirrored, "sgd", self.config, self.num_classes)
-                flipped = evaluate(mirrored, data, self.eval_steps)
+                if self._mirrored is None:  # the scorer's layers: its weights, one trace
+                    self._mirrored = flip_averaged(scorer)
+                    compile_model(self._mirrored, "sgd", self.config, self.num_classes)
+                flipped = evaluate(self._mirrored, data, self.eval_steps)
                 scores.update({f"flip_{key}": value for key, value in flipped.items()})
         return scores
 
@@ -276,6 +292,11 @@ def train(config: TrainConfig, num_classes: int, train_examples: int,
     average = (SlotAverage(config.weight_average_decay, state.get("average"))
                if config.weight_average_decay > 0 else None)
     throughput = Throughput(plan.examples_per_step_call, plan.step_calls_per_execution)
+    left = config.epochs - state.get("epoch", 0)
+    log.info("training: %d epoch%s of %d updates at %dpx on %d %s images of %s, %d classes "
+             "(the first step traces the model: the slowest)", left, "" if left == 1 else "s",
+             updates, train_res, train_examples, config.train_split, config.dataset,
+             num_classes)
     with contextlib.nullcontext(watch) if watch is not None else SignalWatch() as watch:
         validation = (Validation(config, num_classes, eval_steps or config.eval_steps or None,
                                  skip_counter)
