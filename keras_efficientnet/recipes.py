@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent / "flagfiles"  # in an installed wheel
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "flags"  # in a checkout
 SUFFIX = ".flags"
+LIST = "list"  # --recipe=list: the recipes and what each trains
 
 
 def recipe_dir() -> Path:
@@ -26,21 +28,58 @@ def recipe_dir() -> Path:
                             f"{SOURCE_DIR} (a checkout) holds *{SUFFIX} files; reinstall")
 
 
-def list_recipes(pattern: str = "*") -> list[str]:
-    """The recipe names matching a shell-style `pattern`, sorted: "default", "smoke", the
-    paper's ImageNet recipes ("b0-g16-lnpn-half", ...).
-
-    Example:
-        >>> list_recipes("b0-g16-*")[:2]
-        ['b0-g16-gn-half', 'b0-g16-gn-native']
-    """
+def _names(pattern: str = "*") -> list[str]:
+    """The recipe names matching a shell-style `pattern`, sorted."""
     names = sorted(path.stem for path in recipe_dir().glob(f"*{SUFFIX}"))
     return [name for name in names if fnmatch.fnmatchcase(name, pattern)]
 
 
+def list_recipes(pattern: str = "*") -> dict[str, str]:
+    """The recipes matching a shell-style `pattern`, sorted by name, each with its one-line
+    description (`describe`): "default", "smoke", the paper's ImageNet recipes
+    ("b0-g16-lnpn-half", ...). `keras-efficientnet-train --recipe=list` prints the same.
+
+    Example:
+        >>> list(list_recipes("b0-g16-*"))[:2]
+        ['b0-g16-gn-half', 'b0-g16-gn-native']
+        >>> list_recipes("smoke")["smoke"]
+        'Smoke run: seconds on a CPU, every phase once (train at 32px, average, ...).'
+    """
+    return {name: describe(recipe_dir() / f"{name}{SUFFIX}") for name in _names(pattern)}
+
+
+def opening_comment(path: Path) -> list[str]:
+    """The lines of the comment a flagfile opens with, without their `#`."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    return lines
+
+
+def describe(path: Path) -> str:
+    """A flagfile's one-line description: the first sentence of its opening comment (every
+    flagfile opens with what it trains; `flags/generate.py` writes them), "" without one."""
+    text = " ".join(opening_comment(path)).strip()
+    # A sentence ends at ". " (not inside "e.g. " or "i.e. "); the whole comment otherwise.
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.(\s|$)", text)
+    return text[:end.start() + 1] if end else text
+
+
+def file_flags(path: Path) -> list[str]:
+    """The flags a flagfile sets, one `--flag=value` a line as it writes them."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ValueError(f"--flagfile={str(path)!r} cannot be read ({error.strerror})") from None
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
 def recipe_path(name: str) -> Path:
     """The flagfile of recipe `name`; ValueError naming the valid ones otherwise."""
-    names = list_recipes()
+    names = _names()
     if name not in names:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""

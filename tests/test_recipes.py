@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_list_recipes_is_the_flags_folder():
     on_disk = sorted(p.name.removesuffix(".flags") for p in (REPO / "flags").glob("*.flags"))
-    assert ke.list_recipes() == on_disk and {"default", "smoke"} <= set(on_disk)
-    assert ke.list_recipes("b0-g16-lnpn-*") == ["b0-g16-lnpn-half", "b0-g16-lnpn-native"]
+    assert list(ke.list_recipes()) == on_disk and {"default", "smoke"} <= set(on_disk)
+    assert list(ke.list_recipes("b0-g16-lnpn-*")) == ["b0-g16-lnpn-half", "b0-g16-lnpn-native"]
     assert recipes.recipe_path("smoke") == REPO / "flags" / "smoke.flags"
 
 
@@ -38,7 +38,7 @@ def test_recipe_becomes_the_first_flagfile():
 def test_the_installed_copy_is_preferred(tmp_path, monkeypatch):
     (tmp_path / "only.flags").write_text("--epochs=1\n")
     monkeypatch.setattr(recipes, "PACKAGE_DIR", tmp_path)
-    assert recipes.list_recipes() == ["only"]
+    assert recipes.list_recipes() == {"only": ""}  # no opening comment: no description
     monkeypatch.setattr(recipes, "SOURCE_DIR", tmp_path / "none")
     monkeypatch.setattr(recipes, "PACKAGE_DIR", tmp_path / "none")
     with pytest.raises(FileNotFoundError, match="no recipes"):

@@ -25,6 +25,7 @@ from keras_efficientnet.cli.parser import (
     model_file,
     run_command,
 )
+from keras_efficientnet.cli.summary import images_phrase
 from keras_efficientnet.datasets.options import HoldOut
 from keras_efficientnet.datasets.source_table import local_folder_problem
 
@@ -138,8 +139,9 @@ def _run(args) -> dict:
                                      num_classes=options.num_classes,
                                      hold_out=options.hold_out).num_examples
     batches = -(-examples // args.batch_size)  # the last one partial
-    return score(model, datasets.make_dataset(options),
-                 min(batches, args.steps) if args.steps else batches)
+    scores = score(model, datasets.make_dataset(options),
+                   min(batches, args.steps) if args.steps else batches)
+    return {**scores, "examples": examples}
 
 
 def _evaluate(argv: list[str]) -> int:
@@ -151,9 +153,11 @@ def _evaluate(argv: list[str]) -> int:
         raise BadInput(str(error)) from None
     held = (f", held out of {args.hold_out.pool} by --validation_split="
             f"{args.hold_out.fraction:g}" if args.hold_out else "")
+    covered = images_phrase(result["images"], result["examples"], args.eval_split,
+                            f"--steps={args.steps} of --batch_size={args.batch_size}")
     print(f"{args.model_file} on {args.dataset} ({args.eval_split}{held}, {result['images']} "
-          f"images): "
-          f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  loss {result['loss']:.4f}  "
+          f"images): top-1 {result['top1']:.4f} {covered}; "
+          f"top-5 {result['top5']:.4f}  loss {result['loss']:.4f}  "
           f"{result['images_per_second']:.1f} images/s")
     return 0
 

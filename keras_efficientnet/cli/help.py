@@ -11,7 +11,7 @@ from keras_efficientnet.cli.errors import exit_status_help
 # Group titles in the order `--help` prints them, and the flags of each. A flag in none of
 # them prints under "other" (a new config field that this table has not caught up with).
 GROUPS = {
-    "recipe": ("recipe", "flagfile"),
+    "recipe": ("recipe", "show", "flagfile"),
     "model": ("model", "weights", "classes", "dropout_rate", "drop_connect_rate"),
     "data": ("dataset", "data_dir", "train_split", "eval_split", "validation_split",
              "train_resolution",
@@ -40,7 +40,8 @@ GROUPS = {
 }
 OTHER = "other"
 USAGE = ("usage: keras-efficientnet-train [--recipe=NAME | --flagfile=FILE] [--flag=value ...]\n"
-         "(or python -m keras_efficientnet.train). Flags given after a recipe override it.")
+         "(or python -m keras_efficientnet.train). Flags given beside a recipe override it;\n"
+         "without one the default recipe runs (`make train`); --recipe=list lists them all.")
 
 
 def project_flags(names, flag_values: flags.FlagValues) -> dict[str, list[str]]:

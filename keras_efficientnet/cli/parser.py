@@ -110,8 +110,13 @@ def command_status(body: Callable[[list[str]], int], argv: list[str],
 
 
 def run_command(main: Callable[[list[str]], int]) -> None:
-    """A console script's body: the process exits with `main(sys.argv)`'s status."""
-    sys.exit(main(sys.argv))
+    """A console script's body: the process exits with `main(sys.argv)`'s status, without the
+    interpreter's last garbage collection (`quiet.leave_without_collecting`: seconds)."""
+    from keras_efficientnet.cli import quiet
+
+    status = main(sys.argv)
+    quiet.leave_without_collecting()
+    sys.exit(status)
 
 
 def parse_absl_flags(argv: list[str]) -> list[str]:

@@ -13,6 +13,8 @@ import functools
 import logging
 import os
 import sys
+import time
+from pathlib import Path
 
 from absl import app, flags
 
@@ -29,9 +31,15 @@ from keras_efficientnet.training.run_config import evaluation_config
 
 define_flags()
 flags.DEFINE_string("recipe", "", "A recipe that ships with the package, by name (the "
-                    "flagfiles of flags/; ke.list_recipes() lists them): --recipe=smoke, "
-                    "--recipe=default, --recipe=b0-g16-lnpn-half. Flags given beside it "
-                    "override the recipe's.")
+                    "flagfiles of flags/): --recipe=smoke, --recipe=default, "
+                    "--recipe=b0-g16-lnpn-half; --recipe=list lists them with what each "
+                    "trains. Flags given beside it override the recipe's. Without --recipe or "
+                    "--flagfile the command runs the default recipe (`make train`'s job).")
+flags.DEFINE_bool("show", False, "Print the flags the recipe sets (--recipe=NAME --show; the "
+                  "default recipe without --recipe) and exit.")
+# The recipe the bare command runs: `make train`'s job, minutes on a CPU. The paper's ImageNet
+# recipes (hours to days) run only when asked for by name.
+DEFAULT_RECIPE = "default"
 
 
 def cpu_oversubscription(config) -> str | None:
@@ -69,18 +77,29 @@ def _run(config, session) -> dict:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
     # tf.distribute logs every all-reduce it plans at INFO; keep the run's output readable.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    print(config.plan.describe(), flush=True)  # the plan and its global batch, first
+    print(loading_line(config), flush=True)
+    if recipe_line(flags.FLAGS):
+        print(recipe_line(flags.FLAGS), flush=True)
+    print(config.plan.describe(), flush=True)  # the plan and its global batch
     from keras_efficientnet.training import preemption
 
     # TensorFlow's threads, started by its import, must leave SIGTERM and SIGINT to this
     # one for the multi-worker start-up's watchdog to see them (distribute.watchdog).
     with preemption.held(STRATEGY_TABLE[config.strategy].signals_held_at_import):
+        started = time.perf_counter()
         quiet.import_tensorflow(verbose=asked_for_logs(flags.FLAGS))
+        print(f"loaded: TensorFlow in {time.perf_counter() - started:.1f} s", flush=True)
         from keras_efficientnet import registration
         from keras_efficientnet.distribute import run
 
         registration.register()  # Keras and the model's modules load inside the hold too
     return run(config, session=session)
+
+
+def loading_line(config) -> str:
+    """The run's first line: what it runs and what loads now (TensorFlow takes seconds)."""
+    return (f"loading: TensorFlow, then {config.model} on {config.dataset} "
+            f"(--mode={config.mode}, --model_dir={config.model_dir})")
 
 
 def _report(config, results: dict, chief: bool) -> None:
@@ -109,6 +128,10 @@ def main(argv: list[str], command_line: bool = False) -> int:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return errors.BAD_INPUT
+    if not asked_for_logs(flags.FLAGS):
+        quiet.plain_log_lines()
+    if config.verbose == 1 and not sys.stdout.isatty():  # a log file: no progress-bar frames
+        config = config.replace(verbose=2)
     from keras_efficientnet.training.session import RunSession
 
     # One-process strategies own model_dir now, before TensorFlow loads (logging what it did:
@@ -128,6 +151,8 @@ def main(argv: list[str], command_line: bool = False) -> int:
             _exit_now(status)
         return status
     _report(config, results, session.chief)
+    if command_line:
+        quiet.leave_without_collecting()
     return 0
 
 
@@ -148,16 +173,28 @@ def asked_for_logs(flag_values) -> bool:
 
 
 def parse_command_line(argv: list[str]) -> list[str]:
-    """`app.run`'s flags parser: `--recipe` becomes its flagfile, `--help` prints the project's
-    flags by group, absl's errors are one line (exit 2), and a recipe tuned for a built-in
-    dataset warns when the run reads another (`recipes.dataset_mismatch`)."""
+    """`app.run`'s flags parser: `--recipe` becomes its flagfile (the default recipe where
+    neither --recipe nor --flagfile is given), `--recipe=list` and `--show` print recipes,
+    `--help` prints the project's flags by group, absl's errors are one line (exit 2), and a
+    recipe tuned for a built-in dataset warns when the run reads another
+    (`recipes.dataset_mismatch`)."""
     try:
         names = recipes.recipe_names(argv)
-        argv = recipes.expand_recipe(argv)
+        if recipes.LIST in names:
+            print(recipe_table())
+            sys.exit(0)
+        show = any(arg in ("--show", "-show") for arg in options_of(argv))
+        expanded = recipes.expand_recipe(argv)
+        argv = with_default_recipe(expanded)
+        if argv != expanded:  # the default recipe, chosen by the command
+            names = [DEFAULT_RECIPE]
+        if show:
+            print(shown_flags(argv))
+            sys.exit(0)
     except (ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(errors.BAD_INPUT)
-    options = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    options = options_of(argv)
     if any(arg in HELP_FLAGS for arg in options):
         print(grouped_help(project_flag_names()))
         sys.exit(0)
@@ -172,13 +209,72 @@ def parse_command_line(argv: list[str]) -> list[str]:
     return remaining
 
 
+def options_of(argv: list[str]) -> list[str]:
+    """The options of `argv`: after the program name, before `--`."""
+    return argv[1:argv.index("--")] if "--" in argv else argv[1:]
+
+
+def _flagfiles(argv: list[str]) -> list[str]:
+    return [arg.split("=", 1)[1] for arg in options_of(argv)
+            if arg.startswith(("--flagfile=", "-flagfile="))]
+
+
+def _mode(argv: list[str]) -> str | None:
+    options = options_of(argv)
+    for position, arg in enumerate(options):
+        if arg.startswith(("--mode=", "-mode=")):
+            return arg.split("=", 1)[1]
+        if arg in ("--mode", "-mode") and position + 1 < len(options):
+            return options[position + 1]
+    return None
+
+
+def with_default_recipe(argv: list[str]) -> list[str]:
+    """`argv` with the default recipe's flagfile first where it names no recipe or flagfile
+    (the bare command runs `make train`'s job; flags given override the recipe's), and
+    `--recipe=default` after it, which the run's first lines report (`recipe_line`). A
+    scores-only mode (`--mode=evaluate`) takes the run's own settings from its config.json
+    instead, so it gets no recipe."""
+    mode = _mode(argv)
+    if _flagfiles(argv) or (mode in MODE_TABLE and MODE_TABLE[mode].scores_only):
+        return argv
+    expanded = recipes.expand_recipe([argv[0], f"--recipe={DEFAULT_RECIPE}", *argv[1:]])
+    return [*expanded[:2], f"--recipe={DEFAULT_RECIPE}", *expanded[2:]]
+
+
+def recipe_line(flag_values) -> str | None:
+    """"recipe: default (...)" where the command chose the default recipe itself."""
+    if flag_values["recipe"].value != DEFAULT_RECIPE:
+        return None  # a recipe given by name became its --flagfile: the user knows it
+    return (f"recipe: {DEFAULT_RECIPE} (no --recipe or --flagfile given; --recipe=list lists "
+            "the others)")
+
+
+def recipe_table() -> str:
+    """`--recipe=list`: every recipe, its name and one-line description."""
+    described = recipes.list_recipes()
+    width = max(map(len, described))
+    lines = [f"{name.ljust(width)}  {text}" for name, text in described.items()]
+    return "\n".join([*lines, "", f"{len(described)} recipes; --recipe=NAME --show prints the "
+                       "flags one sets, --recipe=NAME runs it"])
+
+
+def shown_flags(argv: list[str]) -> str:
+    """`--show`: the flags of the recipes and flagfiles `argv` names, each under its file."""
+    parts = []
+    for path in _flagfiles(argv):
+        parts.append(f"# {path}")
+        parts += recipes.file_flags(Path(path))
+    return "\n".join(parts)
+
+
 def project_flag_names() -> list[str]:
     import dataclasses
 
     from keras_efficientnet.training.config import TrainConfig
 
     return [f.name for f in dataclasses.fields(TrainConfig)] + [
-        "global_batch_size", "recipe", "flagfile"]
+        "global_batch_size", "recipe", "show", "flagfile"]
 
 
 def run() -> None:

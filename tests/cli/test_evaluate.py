@@ -48,13 +48,20 @@ def test_scores_a_folder_like_numpy(tmp_path, capsys):
     labels = np.array(labels)
     top1 = np.mean(np.argmax(probs, -1) == labels)
     loss = np.mean(-np.log(probs[np.arange(len(labels)), labels]))
-    found = re.search(r"\(validation, 12 images\): top-1 ([\d.]+)  top-5 ([\d.]+)  loss ([\d.]+)"
-                      r"  ([\d.]+) images/s", out)
+    found = re.search(r": top-1 ([\d.]+) on all 12 validation images; top-5 ([\d.]+)  "
+                      r"loss ([\d.]+)  ([\d.]+) images/s", out)
     assert found, out
     assert float(found[1]) == pytest.approx(top1, abs=1e-4)
     assert float(found[2]) == 1.0  # 3 classes: always in the top 5
     assert float(found[3]) == pytest.approx(loss, abs=1e-4)
     assert float(found[4]) > 0
+    # A score of fewer images says how many, of how many, and why.
+    status = evaluate.main(["evaluate", f"--model_file={tmp_path / 'm.keras'}",
+                            f"--dataset=folder:{tmp_path / 'photos'}", "--batch_size=5",
+                            "--steps=1"])
+    out = capsys.readouterr().out
+    assert status == 0 and re.search(r": top-1 [\d.]+ on 5 of 12 validation images "
+                                     r"\(--steps=1 of --batch_size=5\); top-5", out), out
 
 
 def test_score_reads_the_data_once_and_counts_the_images_it_scored():
