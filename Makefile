@@ -10,7 +10,7 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: help install install-jax install-horovod venv-timm test test-tf test-jax test-slow train lint \
         benchmark benchmark-quick benchmark-smoke benchmark-deps benchmark-layers \
-        benchmark-pipeline benchmark-distribute benchmark-pareto \
+        benchmark-pipeline benchmark-distribute benchmark-first-hour benchmark-pareto \
         benchmark-microbatch data-fashion benchmark-fashion benchmark-fashion-time \
         benchmark-fashion-microbatch benchmark-fashion-protocol benchmark-figure1 \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
@@ -19,15 +19,15 @@ help:
 	@echo "make train       set up and run the default job (flags/default.flags) on digits"
 	@echo "make test        TensorFlow tests, then the portable tests under JAX without TF"
 	@echo "make test-slow   also the slow tests (every preset, ...)"
-	@echo "make benchmark   CPU benchmarks (layers, models, host pipeline, plans; ~25 min on 2"
-	@echo "                 quiet cores): prints its expected duration first, resumes where a stopped"
+	@echo "make benchmark   CPU benchmarks (layers, models, host pipeline, plans, command latency;"
+	@echo "                 ~30 min on 2 quiet cores): prints its expected duration first, resumes where a stopped"
 	@echo "                 run stopped (FORCE=1 measures again); JSON rows and PNG charts in"
 	@echo "                 benchmarks/results/"
 	@echo "make benchmark-quick  the same with fewer rounds and sizes (meant for < 10 min; not yet"
 	@echo "                      timed quiet): rows marked quick, in results/<name>_quick.jsonl"
 	@echo "make benchmark-smoke  every benchmark module for a few steps at tiny sizes (rows in a"
 	@echo "                      temporary folder): checks that each still runs"
-	@echo "make benchmark-layers / -pipeline / -distribute   one part of make benchmark"
+	@echo "make benchmark-layers / -pipeline / -distribute / -first-hour   one part of make benchmark"
 	@echo "make venv-timm   .venv-timm: torch + timm, the benchmarks' PyTorch peer"
 	@echo "make benchmark-pareto      top-1 against training time on digits (~4 min)"
 	@echo "make benchmark-microbatch  top-1 of BN, GN, LN, LN+PN at micro-batch 2/8/32 (2 seeds)"
@@ -137,9 +137,14 @@ benchmark-pipeline: benchmark-deps
 benchmark-distribute: install
 	$(BENCH) benchmark-distribute -- $(ARGS)
 
-# One run of the three, so that the expected duration printed first covers them all.
+# How soon the commands answer: first line, errors, exit, predict (bench_first_hour.py).
+benchmark-first-hour: install
+	$(BENCH) benchmark-first-hour -- $(ARGS)
+
+# One run of the four, so that the expected duration printed first covers them all.
 benchmark: benchmark-deps
-	$(BENCH) benchmark-layers benchmark-pipeline benchmark-distribute -- $(ARGS)
+	$(BENCH) benchmark-layers benchmark-pipeline benchmark-distribute benchmark-first-hour \
+	  -- $(ARGS)
 
 benchmark-quick:
 	$(MAKE) --no-print-directory benchmark QUICK=1

@@ -39,6 +39,12 @@ ROW_SCHEMA = {
     "reference": str,            # the variant it is compared with, measured in the same run
     "ratio_to_reference": float,  # images_per_second / the reference's (> 1 is faster)
 }
+# A latency row (how soon a command answers: bench_first_hour) has no images per second: it
+# carries these instead, its ratio being latency_seconds / the reference's (< 1 is sooner).
+LATENCY_SCHEMA = {
+    "benchmark": str, "machine": dict, "variant": str, "latency_seconds": float,
+    "reference": str, "ratio_to_reference": float,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,8 +221,11 @@ def make_row(benchmark: str, *, machine: dict, backend: str, variant: str,
 
 
 def validate_row(row: dict) -> None:
-    """Raises ValueError naming the field when `row` does not follow ROW_SCHEMA."""
-    for field, kind in ROW_SCHEMA.items():
+    """Raises ValueError naming the field when `row` does not follow ROW_SCHEMA (or
+    LATENCY_SCHEMA, for a row that measures latency_seconds)."""
+    latency = "latency_seconds" in row
+    schema = LATENCY_SCHEMA if latency else ROW_SCHEMA
+    for field, kind in schema.items():
         if field not in row:
             raise ValueError(f"benchmark row lacks {field!r}: {sorted(row)}")
         value = row[field]
@@ -225,7 +234,7 @@ def validate_row(row: dict) -> None:
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ValueError(f"benchmark row field {field!r} must be {kind}, received "
                              f"{row[field]!r}")
-    for field in ("images_per_second", "ratio_to_reference"):
+    for field in ("latency_seconds" if latency else "images_per_second", "ratio_to_reference"):
         if not (math.isfinite(row[field]) and row[field] > 0):
             raise ValueError(f"benchmark row field {field!r} must be finite and > 0, "
                              f"received {row[field]!r}")

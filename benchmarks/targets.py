@@ -107,6 +107,7 @@ TARGETS: dict[str, tuple[Step, ...]] = {
     "benchmark-pipeline": (Step("bench_pipeline", results=("pipeline",)),),
     "benchmark-distribute": (Step("bench_distribute", results=("distribute",)),
                              Step("bench_stop_vote", results=("stop_vote",))),
+    "benchmark-first-hour": (Step("bench_first_hour", results=("first_hour",)),),
     "benchmark-pareto": (Step("bench_pareto", results=("pareto",)),),
     "benchmark-microbatch": (Step("bench_microbatch", results=("microbatch",)),),
     "benchmark-fashion-time": (Step("bench_fashion", ("time",), missing=fashion_mnist_missing),),
@@ -129,7 +130,8 @@ TARGETS: dict[str, tuple[Step, ...]] = {
                                       )),),
 }
 # `make benchmark` and `make benchmark-quick`.
-BENCHMARK = ("benchmark-layers", "benchmark-pipeline", "benchmark-distribute")
+BENCHMARK = ("benchmark-layers", "benchmark-pipeline", "benchmark-distribute",
+             "benchmark-first-hour")
 
 
 # ---------------------------------------------------------------------------- resume
@@ -375,7 +377,7 @@ def smoke(targets: Sequence[str], root: Path, jobs: int = 2, timeout: float = SM
 SMOKE_ORDER = ("bench_gpu", "bench_fashion_protocol table96", "bench_stop_vote",
                "bench_group_conv", "bench_fashion time", "bench_distribute",
                "bench_fashion microbatch", "bench_microbatch", "bench_pareto", "bench_model",
-               "bench_figure1", "bench_pipeline")
+               "bench_figure1", "bench_pipeline", "bench_first_hour")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
