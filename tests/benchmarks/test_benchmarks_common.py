@@ -44,6 +44,28 @@ def test_rows_off_the_schema_are_refused(change, match):
         common.validate_row(bad)
 
 
+def latency_row(**changes):
+    made = {"benchmark": "command_latency", "machine": MACHINE, "backend": "tensorflow",
+            "variant": "error: --recipe=nosuch", "latency_seconds": 0.5,
+            "reference": "python -c 'import tensorflow'", "ratio_to_reference": 0.05}
+    made.update(changes)
+    return made
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda r: r.pop("variant"), "lacks 'variant'"),
+    (lambda r: r.update(latency_seconds=0.0), "'latency_seconds' must be finite and > 0"),
+    (lambda r: r.update(ratio_to_reference=math.inf), "finite and > 0"),
+    (lambda r: r.update(machine={}), "must name cpu and cores"),
+])
+def test_latency_rows_carry_seconds_instead_of_a_rate(change, match):
+    common.validate_row(latency_row())  # no images_per_second, resolution or batch
+    bad = latency_row()
+    change(bad)
+    with pytest.raises(ValueError, match=match):
+        common.validate_row(bad)
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_a_non_finite_loss_stops_the_benchmark(value):
     with pytest.raises(common.NonFiniteLossError, match="non-finite loss .* G16 training"):
