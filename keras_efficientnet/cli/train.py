@@ -149,6 +149,8 @@ def main(argv: list[str], command_line: bool = False) -> int:
         print(message, file=sys.stderr, flush=True)
         if command_line and status == errors.RUN_FAILED and isinstance(error, OSError):
             _exit_now(status)
+        if command_line:  # a stopped or failed run's graphs are as slow to collect
+            quiet.leave_without_collecting()
         return status
     _report(config, results, session.chief)
     if command_line:
