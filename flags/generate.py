@@ -258,17 +258,17 @@ SMOKE = """\
 """
 
 FINETUNE_PHOTOS = """\
-# Fine-tunes a whole EfficientNet on your own photos: an image folder photos/train/<class>/*.jpg
-# with its held-out photos/val/<class>/*.jpg (or validation/, valid/; with no held-out folder,
-# or a plain folder photos/<class>/*.jpg, add --validation_split=0.1). Starts from
-# keras.applications' ImageNet weights for EfficientNet-B0 (G1-BN; downloaded once into Keras'
-# cache, or put there by hand offline, as the error says) and trains at the model's own
-# resolution (224px for B0), with random crops (down to a quarter of the area) and flips:
-# 10 epochs of momentum SGD under a cosine schedule, validated after every epoch, the best
-# model kept as best.keras beside the final model.keras. From a model of your own instead:
-# --weights=RUN --model=<that run's preset> (e.g. --weights=runs/pretrained
-# --model=efficientnet-tiny-g16-lnpn, at its own 64px). Accuracy depends on the photos; the
-# README's fine-tune section shows a run.
+# Fine-tunes a whole EfficientNet on your photos, from ImageNet's B0 or from a run of your own.
+# The photos: an image folder photos/train/<class>/*.jpg with its held-out photos/val/<class>/
+# (or validation/, valid/); with no held-out folder, or a plain folder photos/<class>/*.jpg,
+# add --validation_split=0.1. Starts from keras.applications' ImageNet weights for
+# EfficientNet-B0 (G1-BN; downloaded once into Keras' cache, or put there by hand offline, as
+# the error says) and trains at the model's own resolution (224px for B0), with random crops
+# (down to a quarter of the area) and flips: 10 epochs of momentum SGD under a cosine schedule,
+# validated after every epoch, the best model kept as best.keras beside the final model.keras.
+# From a model of your own instead: --weights=RUN --model=<that run's preset> (e.g.
+# --weights=runs/pretrained --model=efficientnet-tiny-g16-lnpn, at its own 64px). Accuracy
+# depends on the photos; the README's fine-tune section shows a run.
 # Run: keras-efficientnet-train --recipe=finetune-photos --dataset=folder:photos
 --mode=train
 --model=efficientnet-b0-g1-bn
