@@ -17,6 +17,7 @@ from keras_efficientnet.lazy import lazy_face
 # Public name -> (module, attribute), one line a name, loaded on first use.
 _EXPORTS = {
     "SKIPPED": (".pipeline", "SKIPPED"),
+    "DamagedDataError": (".pipeline", "DamagedDataError"),
     "NoReadableImagesError": (".pipeline", "NoReadableImagesError"),
     "SkipCounter": (".pipeline", "SkipCounter"),
     "make_dataset": (".pipeline", "make_dataset"),

@@ -27,13 +27,19 @@ class NoReadableImagesError(ValueError):
     """A whole pass over a split's records yielded no image: every one failed to decode."""
 
 
+class DamagedDataError(ValueError):
+    """An image of a dataset the library wrote or verified itself (digits, Fashion-MNIST)
+    failed to decode: damaged library data, reported with its repair instead of skipped."""
+
+
 class SkipCounter:
     """Counts unreadable images the pipeline skipped, and logs each one once, by name.
 
     Thread-safe (tf.data calls it from its own threads). `count` is the number of distinct
     images skipped and `names` the first `max_names` of them; a file that fails again in a later
-    pass is neither logged nor counted again. `error` holds the `NoReadableImagesError` a
-    dataset raised through it, for the trainer to report without TensorFlow's wrapping.
+    pass is neither logged nor counted again. `error` holds the `NoReadableImagesError` or
+    `DamagedDataError` a dataset raised through it, for the trainer to report without
+    TensorFlow's wrapping.
 
     Example:
       >>> counter = SkipCounter()
@@ -45,7 +51,7 @@ class SkipCounter:
         self.max_names = max_names
         self.count = 0
         self.names: list[str] = []
-        self.error: NoReadableImagesError | None = None
+        self.error: NoReadableImagesError | DamagedDataError | None = None
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
@@ -75,12 +81,17 @@ class SkipCounter:
 class _PassGuard:
     """One dataset's reports: forwards skipped names to the counter and raises
     NoReadableImagesError once `share` distinct records (one pass over this pipeline's records)
-    failed while none succeeded, instead of looping over them forever."""
+    failed while none succeeded, instead of looping over them forever.
 
-    def __init__(self, counter: SkipCounter, share: int, where: str):
+    With a `repair` (sources whose count is exact: `sources.Records.exact_count`) the first
+    failure raises DamagedDataError naming the file and the repair instead: skipping it would
+    break the batch count the pipeline promised, in a less clear error one pass later."""
+
+    def __init__(self, counter: SkipCounter, share: int, where: str, repair: str = ""):
         self.counter = counter
         self.share = max(1, share)
         self.where = where
+        self.repair = repair
         self.succeeded = 0
         self.failed: set[bytes] = set()
         self._lock = threading.Lock()
@@ -88,6 +99,12 @@ class _PassGuard:
     def report(self, names, succeeded) -> np.int64:
         values = names.numpy() if hasattr(names, "numpy") else names
         values = [bytes(v) for v in np.atleast_1d(values)]
+        if values and self.repair:
+            error = DamagedDataError(
+                f"unreadable image {min(values).decode('utf-8', 'replace')} in {self.where}, "
+                f"data the library wrote or checked itself, so it is damaged: {self.repair}")
+            self.counter.error = error
+            raise error
         count = self.counter.report(values) if values else np.int64(self.counter.count)
         with self._lock:
             self.succeeded += int(succeeded)
@@ -197,6 +214,7 @@ def make_dataset(
     dataset = shuffle_and_repeat(dataset, records, options)
     dataset = decode_and_crop(dataset, records, options, guard, data_is_path)
     dataset = batch(dataset, records, options, batch_size)
+    dataset = known_cardinality(dataset, records, options, input_context, batch_size)
     dataset = mix(dataset, options, num_classes)
     return finish(dataset, options)
 
@@ -214,7 +232,8 @@ def read(options: InputOptions, input_context) -> sources.Records:
 def _guard_for(records, options: InputOptions, input_context, counter: SkipCounter):
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
     return _PassGuard(counter, records.info.num_examples // pipelines,
-                      f"{options.source} (split {options.split!r})")
+                      f"{options.source} (split {options.split!r})",
+                      records.repair if records.exact_count else "")
 
 
 def shard(records: sources.Records, input_context) -> tf.data.Dataset:
@@ -287,6 +306,47 @@ def batch(dataset, records, options: InputOptions, batch_size: int) -> tf.data.D
         return dataset.batch(batch_size, drop_remainder=options.drops_remainder)
     # Blocks of survivors -> fixed-size batches, copying each image once.
     return dataset.rebatch(batch_size, drop_remainder=options.drops_remainder)
+
+
+def batches_per_pass(records: sources.Records, options: InputOptions, input_context,
+                     batch_size: int) -> int | None:
+    """Batches in one pass of this input pipeline, where the source's count is exact
+    (`Records.exact_count`) and the pipeline knows its share; None otherwise.
+
+    User sources (folders, TFRecords, tfds) answer None: a corrupt image there is skipped and
+    counted, so the count is known only after the pass, and asserting one would turn every
+    skip into a crash. A reader that shards by itself (`Records.sharded`) gives each pipeline
+    a share only it knows, so the count is asserted only without sharding there.
+    """
+    if not records.exact_count:
+        return None
+    examples = records.info.num_examples
+    if input_context is not None:
+        if records.sharded:
+            return None
+        # Dataset.shard(n, i) keeps records i, i + n, i + 2n, ...
+        examples = len(range(input_context.input_pipeline_id, examples,
+                             input_context.num_input_pipelines))
+    if options.drops_remainder:
+        return examples // batch_size
+    return -(-examples // batch_size)
+
+
+def known_cardinality(dataset, records, options: InputOptions, input_context,
+                      batch_size: int) -> tf.data.Dataset:
+    """States the batch count of one pass where it is exact (see `batches_per_pass`), so that
+    `model.fit` shows steps from its first epoch instead of "Unknown" and "ran out of data".
+    Skipping unreadable images (`_guarded_map`, `rebatch`) hides the count from tf.data even
+    where no image can be skipped. A repeating one is infinite (`rebatch` fills batches across
+    passes, so this holds even for a split smaller than a batch)."""
+    if dataset.cardinality() != tf.data.UNKNOWN_CARDINALITY:
+        return dataset
+    batches = batches_per_pass(records, options, input_context, batch_size)
+    if batches is None:
+        return dataset
+    if options.repeat:
+        batches = tf.data.INFINITE_CARDINALITY
+    return dataset.apply(tf.data.experimental.assert_cardinality(batches))
 
 
 def mix(dataset, options: InputOptions, num_classes: int | None) -> tf.data.Dataset:

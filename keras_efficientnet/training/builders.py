@@ -229,7 +229,8 @@ def flip_averaged(model: keras.Model) -> keras.Model:
 
 @contextlib.contextmanager
 def reporting_data_errors(skip_counter):
-    """Re-raises a dataset's NoReadableImagesError as itself, not wrapped by TensorFlow."""
+    """Re-raises a dataset's NoReadableImagesError or DamagedDataError as itself, not
+    wrapped by TensorFlow."""
     try:
         yield
     except Exception:

@@ -38,11 +38,17 @@ class Records:
     """A split opened for reading, before decoding.
 
     `dataset` yields dicts `{"name": file name or record id, "data": file path or encoded
-    bytes, "label": int32}`, or `{"image": uint8, "label": int32}` when `decoded` (synthetic,
-    Fashion-MNIST). Sources that carry object boxes add `"boxes"`: a `tf.io.serialize_tensor`
-    of float32 `[N, 4]` normalized `[ymin, xmin, ymax, xmax]` (serialized, so that records with
+    bytes, "label": int32}`, or `{"image": uint8, "label": int32}` when `decoded`
+    (synthetic). Sources that carry object boxes add `"boxes"`: a `tf.io.serialize_tensor` of
+    float32 `[N, 4]` normalized `[ymin, xmin, ymax, xmax]` (serialized, so that records with
     different N batch together), which the training crop must overlap. `sharded` says the
     reader already split its files between input pipelines.
+
+    `exact_count` says every one of `info.num_examples` records decodes, because the library
+    wrote or verified the data itself (digits, Fashion-MNIST, synthetic): the pipeline then
+    gives one pass a known number of batches, and an image that fails to decode anyway is
+    damaged library data, an error that says how to `repair` it, never a silent skip. User
+    data (folders, TFRecords, tfds) leaves it False: a corrupt photo is skipped and counted.
     """
 
     dataset: tf.data.Dataset
@@ -50,6 +56,8 @@ class Records:
     data_is_path: bool = False
     decoded: bool = False
     sharded: bool = False
+    exact_count: bool = False
+    repair: str = ""
 
 
 class Reader:

@@ -75,3 +75,7 @@ class DigitsReader(FolderReader):
 
     def root(self) -> Path:
         return prepare_digits(self.data_dir)
+
+    def repair(self, root: str | os.PathLike) -> str:
+        # The library wrote these PNGs (complete, behind a marker): an unreadable one is damage.
+        return f"delete the folder {str(root)!r} and it will be rewritten"

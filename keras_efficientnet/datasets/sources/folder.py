@@ -172,6 +172,12 @@ class FolderReader(Reader):
     def root(self) -> str | os.PathLike:
         return self.argument
 
+    def repair(self, root: str | os.PathLike) -> str | None:
+        """How to repair the folder's data if an image in it is unreadable, for folders the
+        library wrote itself (their count is exact: see `Records`); None for the user's own
+        folders, whose unreadable images are skipped and counted."""
+        return None
+
     def _info(self, split: str, listing: Listing) -> DatasetInfo:
         return DatasetInfo(self.source, split, len(listing.paths), len(listing.classes),
                            listing.classes)
@@ -182,7 +188,8 @@ class FolderReader(Reader):
 
     def records(self, split, *, input_context=None, shuffle_files=False, seed=None,
                 image_size=224) -> Records:
-        listing = folder_listing(self.root(), split, self.allow_empty_classes, self.hold_out)
+        root = self.root()
+        listing = folder_listing(root, split, self.allow_empty_classes, self.hold_out)
         info = self._info(split, listing)
         paths, labels = list(listing.paths), np.asarray(listing.labels, np.int32)
         if not shuffle_files:
@@ -193,4 +200,6 @@ class FolderReader(Reader):
             paths, labels = [paths[i] for i in order], labels[order]
         dataset = tf.data.Dataset.from_tensor_slices(
             {"name": paths, "data": paths, "label": labels})
-        return Records(dataset, info, data_is_path=True)
+        repair = self.repair(root)
+        return Records(dataset, info, data_is_path=True, exact_count=repair is not None,
+                       repair=repair or "")

@@ -38,4 +38,4 @@ class SyntheticReader(Reader):
                 maxval=num_classes, dtype=tf.int32))
         dataset = tf.data.Dataset.zip(pool.cache().repeat(), labels).map(
             lambda image, label: {"image": image, "label": label})
-        return Records(dataset, info, decoded=True)
+        return Records(dataset, info, decoded=True, exact_count=True)
