@@ -58,7 +58,8 @@ def hold_out(args) -> HoldOut | None:
     BadInput for a fraction outside [0, 1)."""
     fraction, pool = args.validation_split, args.train_split
     if fraction is None or pool is None:
-        saved = _run_settings(args.model_file, args.dataset)
+        # An unreadable config.json is an error only where it would decide the hold-out.
+        saved = _run_settings(args.model_file, args.dataset, strict=fraction is None)
         fraction = saved.get("validation_split", 0.0) if fraction is None else fraction
         pool = pool or saved.get("train_split") or "train"
     if not fraction:
@@ -69,9 +70,10 @@ def hold_out(args) -> HoldOut | None:
         raise BadInput(str(error)) from None
 
 
-def _run_settings(model_file: str | None, dataset: str) -> dict:
+def _run_settings(model_file: str | None, dataset: str, strict: bool = True) -> dict:
     """The config of the run whose directory holds `model_file` (its config.json), where that
-    run read `dataset`; else {}."""
+    run read `dataset`; else {}. BadInput naming the file when it is there but cannot be read
+    (`strict`; else {})."""
     from keras_efficientnet.runs.record import RecordError
     from keras_efficientnet.training.run_config import read_run_config
 
@@ -79,8 +81,14 @@ def _run_settings(model_file: str | None, dataset: str) -> dict:
         return {}
     try:
         record = read_run_config(Path(model_file).parent)
-    except (RecordError, OSError, ValueError):
-        return {}
+    except (RecordError, OSError, ValueError) as error:
+        if not strict:
+            return {}
+        # Ignored, the hold-out would silently be left out (the held-out images scored with
+        # the ones the run trained on, or none of them).
+        raise BadInput(f"{str(error).split('; delete it')[0]}: the run's --validation_split "
+                       "cannot be read from it; fix or remove it, or give --validation_split "
+                       "(0 for none)") from None
     saved = (record or {}).get("config", {})
     return saved if saved.get("dataset") == dataset else {}
 

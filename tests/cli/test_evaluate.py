@@ -104,3 +104,33 @@ def test_usage_errors_before_tensorflow(tmp_path):
     done = subprocess.run([sys.executable, "-m", "keras_efficientnet.evaluate", "--help"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "--dataset" in done.stdout
+
+
+@pytest.mark.parametrize("damage", ["not json", "link"])
+def test_an_unreadable_config_json_beside_the_model_is_one_line_not_ignored(tmp_path, damage):
+    # The run's --validation_split comes from it: ignored, the held-out share would silently
+    # be scored with the images the run trained on.
+    stand_in = tmp_path / "no_tf" / "tensorflow"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("raise ImportError('TensorFlow was imported')\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    ke.EfficientNet("tiny", classes=3, input_shape=(32, 32, 3)).save(run / "model.keras")
+    config = run / "config.json"
+    if damage == "link":
+        (tmp_path / "elsewhere.json").write_text("{}")
+        config.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        config.write_text("{not json")
+    env = dict(os.environ, PYTHONPATH=f"{stand_in.parent}{os.pathsep}{REPO}")
+    argv = [sys.executable, "-m", "keras_efficientnet.evaluate", f"--model_file={run}"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: {config}")
+    assert ("not JSON" if damage == "not json" else "is a symbolic link") in done.stderr
+    assert done.stderr.endswith("the run's --validation_split cannot be read from it; fix or "
+                                "remove it, or give --validation_split (0 for none)\n")
+    # Given on the command line, the file decides nothing: no refusal from it.
+    done = subprocess.run([*argv, "--validation_split=0"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "config.json" not in done.stderr
