@@ -163,8 +163,8 @@ def _evaluate(argv: list[str]) -> int:
             f"{args.hold_out.fraction:g}" if args.hold_out else "")
     covered = images_phrase(result["images"], result["examples"], args.eval_split,
                             f"--steps={args.steps} of --batch_size={args.batch_size}")
-    print(f"{args.model_file} on {args.dataset} ({args.eval_split}{held}, {result['images']} "
-          f"images): top-1 {result['top1']:.4f} {covered}; "
+    print(f"{args.model_file} on {args.dataset} ({args.eval_split}{held}): "
+          f"top-1 {result['top1']:.4f} {covered}; "
           f"top-5 {result['top5']:.4f}  loss {result['loss']:.4f}  "
           f"{result['images_per_second']:.1f} images/s")
     return 0
