@@ -8,10 +8,21 @@ import numpy as np
 
 import keras_efficientnet as ke
 
+_BUILT: dict = {}
+
 
 def perturbed(preset: str, resolution: int = 32, seed: int = 7, **overrides) -> keras.Model:
     """`preset` at `resolution` with 10 classes; gammas, betas, moving statistics and proxy
-    parameters moved (ones and zeros would hide a gamma or beta used in the wrong place)."""
+    parameters moved (ones and zeros would hide a gamma or beta used in the wrong place).
+    Built once per process and arguments (B0 takes seconds): tests only read it."""
+    key = (preset, resolution, seed, tuple(sorted(overrides.items())))
+    if key not in _BUILT:
+        _BUILT[key] = _perturbed(preset, resolution, seed, **overrides)
+    return _BUILT[key]
+
+
+def _perturbed(preset: str, resolution: int, seed: int, **overrides) -> keras.Model:
+    keras.utils.set_random_seed(seed)  # the kernels: the perturbation below moves the rest
     model = ke.EfficientNet.from_preset(
         preset, **{"input_shape": (resolution, resolution, 3), "classes": 10, **overrides})
     rng = np.random.default_rng(seed)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 
-import keras
 import numpy as np
 import pytest
 
@@ -26,8 +25,7 @@ def calibration():
 
 @pytest.fixture(scope="module")
 def model():
-    keras.utils.set_random_seed(3)
-    return perturbed("efficientnet-tiny-g16-lnpn", resolution=SIZE)
+    return perturbed("efficientnet-tiny-g16-lnpn", resolution=SIZE, seed=3)
 
 
 def test_calibration_images_are_uint8_at_the_models_size_from_several_classes(calibration):
