@@ -7,6 +7,17 @@ to the model `--batch_size` at a time. Class names come from `--class_names`, el
 `class_names.json` that training writes beside `model.keras`, else, for a 1000-class model, from
 ImageNet's (package data, `ke.decode_predictions`); otherwise classes print as their index.
 
+`--runtime` chooses what runs the model: `tensorflow` (Keras, as trained), `openvino` or
+`onnxruntime` (`keras_efficientnet.deploy.runtimes`; `pip install "keras-efficientnet[deploy]"`),
+or `auto` (the default): the first installed of OpenVINO, ONNX Runtime, TensorFlow (fastest
+first on a quiet CPU; `keras_efficientnet.deploy.runtimes` says where that order comes from).
+A runtime other than TensorFlow runs the model's export, made once and kept beside the model
+file in `MODEL.keras.deploy/<SHA-256 of the file>/` (a changed model file exports again); its
+outputs equal TensorFlow's to 1e-5. Where `auto`
+cannot use one (`--serving` other than auto, a model without a fixed resolution, an export or a
+cache folder that fails) it predicts with TensorFlow, in the last two cases after one warning
+line.
+
 Everything a user can get wrong is checked before TensorFlow loads (in well under a second):
 the flags, that the model is a Keras zip with a classifier head, that every path exists and
 every file starts like an image. Each failure is one line naming the file. Exit status
@@ -37,6 +48,7 @@ from keras_efficientnet.cli.parser import (
     run_command,
 )
 from keras_efficientnet.datasets.options import EVAL_RESIZE_RATIO, IMAGE_EXTENSIONS
+from keras_efficientnet.deploy import runtimes
 from keras_efficientnet.runs.record import CLASS_NAMES, strict
 
 CLASS_NAMES_FILE = CLASS_NAMES  # as keras_efficientnet.training.export writes it
@@ -67,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="auto runs LayerNorm/GroupNorm models through the fused forward "
                         "pass of keras_efficientnet.serving (same outputs, faster); off keeps "
                         "Keras' layers")
+    parser.add_argument("--runtime", default="auto", choices=("auto", *runtimes.RUNTIMES),
+                        help="what runs the model: auto = the fastest installed (openvino, "
+                        "then onnxruntime, then tensorflow); openvino and onnxruntime run an "
+                        "export cached beside the model file (pip install "
+                        "\"keras-efficientnet[deploy]\")")
     add_verbosity(parser)
     return parser
 
@@ -272,7 +289,8 @@ def _check_inputs(args):
     return config, files, names
 
 
-def _load(args, names):
+def _load_keras(args):
+    """The Keras model of --model_file, checked to output class scores."""
     from keras_efficientnet.cli import quiet
 
     quiet.import_tensorflow(verbose=args.verbosity > 0)
@@ -287,19 +305,110 @@ def _load(args, names):
     if isinstance(shape, list) or len(shape) != 2:
         raise BadInput(f"{args.model_file}: no classifier head (its output has shape {shape}); "
                        "predict needs a model that outputs class scores [batch, classes]")
+    return model
+
+
+def _load(args, names):
+    """(a callable images -> class scores, resolution, class names) on TensorFlow."""
+    model = _load_keras(args)
     resolution = args.resolution or model.input_shape[1]
     if resolution is None:
         raise BadInput(f"{args.model_file} takes any resolution; give --resolution")
-    names = _resolve_names(names, shape[-1], Path(args.model_file), args.class_names)
+    names = _resolve_names(names, model.output_shape[-1], Path(args.model_file),
+                           args.class_names)
     from keras_efficientnet.serving import for_inference
 
     try:
-        return for_inference(model, args.serving), resolution, names
+        served = for_inference(model, args.serving)
     except ValueError as error:  # --serving=on for a model the fused pass cannot run
         raise BadInput(f"--serving={args.serving}: {error}") from None
+    return served.predict_on_batch, resolution, names
 
 
-def _predict_all(model, files, resolution, args, names):
+def choose_runtime(args) -> str:
+    """The runtime --runtime names, checked to be installed (BadInput naming the pip extra),
+    or for auto the first installed of runtimes.RUNTIMES that can run this request."""
+    if args.runtime != "auto":
+        if args.runtime != "tensorflow" and args.serving != "auto":
+            raise BadInput(f"--serving={args.serving} chooses TensorFlow's computation: give "
+                           f"--runtime=tensorflow (or auto), not --runtime={args.runtime}")
+        if args.runtime == "tensorflow":  # imported quietly below (its start-up lines)
+            return args.runtime
+        try:
+            return runtimes.require_runtime(args.runtime)
+        except runtimes.RuntimeMissing as error:
+            raise BadInput(f"--runtime={args.runtime}: {error}") from None
+    if args.serving != "auto":  # a choice only TensorFlow's computation has
+        return "tensorflow"
+    # TensorFlow last: it is needed below in any case, and is imported quietly there.
+    return next((runtime for runtime in runtimes.RUNTIMES[:-1] if runtimes.installed(runtime)),
+                "tensorflow")
+
+
+def _export(args, runtime: str, folder: Path, model_holder: list) -> Path:
+    """Writes the export `runtime` reads into the empty `folder` (the cache's build step)."""
+    from keras_efficientnet.deploy import export_onnx, export_openvino
+
+    if runtime == "openvino":  # from the cached ONNX export, made first where missing
+        onnx, _ = _cached(args, "onnxruntime", model_holder)
+        return Path(export_openvino(onnx, folder / runtimes.CACHED_NAMES[runtime]))
+    if not model_holder:
+        model_holder.append(_load_keras(args))
+    return Path(export_onnx(model_holder[0], folder / runtimes.CACHED_NAMES[runtime]))
+
+
+def _cached(args, runtime: str, model_holder: list) -> tuple[Path, bool]:
+    from keras_efficientnet import __version__
+
+    return runtimes.cached_artifact(
+        args.model_file, runtime, lambda folder: _export(args, runtime, folder, model_holder),
+        version=__version__)
+
+
+def _load_deployed(args, runtime: str, names):
+    """(the runtime's session, resolution, class names): the cached export, made now if
+    missing."""
+    model_holder: list = []  # the Keras model, loaded only where an export is made
+    path, exported = _cached(args, runtime, model_holder)
+    if exported and args.verbosity > 0:
+        print(f"exported {args.model_file} for {runtime}: {path} (made once; later runs of "
+              "this model file reuse it)", file=sys.stderr)
+    session = runtimes.open_session(path, runtime)
+    resolution = session.input_shape[1]
+    if args.resolution and args.resolution != resolution:
+        raise BadInput(f"--resolution={args.resolution}: the {runtime} export of "
+                       f"{args.model_file} takes {resolution}x{resolution} images, as the "
+                       "model does")
+    names = _resolve_names(names, session.output_shape[-1], Path(args.model_file),
+                           args.class_names)
+    return session, resolution, names
+
+
+def load_predictor(args, names):
+    """(a callable uint8 images -> class scores, resolution, class names) on the runtime
+    `choose_runtime` picks; `auto` falls back to TensorFlow, with one warning line, where its
+    runtime cannot be used for this model."""
+    runtime = choose_runtime(args)
+    if runtime == "tensorflow":
+        return _load(args, names)
+    from keras_efficientnet.cli import errors
+
+    if args.runtime == "auto":
+        try:
+            return _load_deployed(args, runtime, names)
+        except BadInput:
+            raise
+        except Exception as error:  # an export or a cache folder that failed
+            print(f"warning: --runtime=auto: {runtime} cannot run {args.model_file} "
+                  f"({errors.one_line(error)}); predicting with tensorflow", file=sys.stderr)
+            return _load(args, names)
+    try:
+        return _load_deployed(args, runtime, names)
+    except (ValueError, OSError) as error:  # the folder beside the model, a failed export
+        raise BadInput(f"--runtime={runtime}: {errors.one_line(error)}") from None
+
+
+def _predict_all(infer, files, resolution, args, names):
     records, failures, dark = [], [], []
     for start in range(0, len(files), args.batch_size):
         images, good, failed = read_images(files[start:start + args.batch_size], resolution,
@@ -308,7 +417,7 @@ def _predict_all(model, files, resolution, args, names):
         if not good:
             continue
         dark += [p for p, image in zip(good, images) if image.max() <= 1]
-        probabilities = _probabilities(model.predict_on_batch(images))
+        probabilities = _probabilities(infer(images))
         k = min(args.top_k, probabilities.shape[-1])
         records += top_k_rows(good, probabilities, k, names)
     if dark:  # an image saved from floats in [0, 1] without x255 is black in uint8
@@ -349,8 +458,8 @@ def _predict(argv: list[str]) -> int:
         print(f"error: {line}", file=sys.stderr)
     if not files:
         return BAD_INPUT
-    model, resolution, names = _load(args, names)
-    records, failures = _predict_all(model, files, resolution, args, names)
+    infer, resolution, names = load_predictor(args, names)
+    records, failures = _predict_all(infer, files, resolution, args, names)
     for line in failures:
         print(f"error: {line}", file=sys.stderr)
     try:
