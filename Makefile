@@ -10,7 +10,8 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: help install install-jax install-horovod venv-timm test test-tf test-jax test-slow train lint \
         benchmark benchmark-quick benchmark-smoke benchmark-deps benchmark-layers \
-        benchmark-pipeline benchmark-distribute benchmark-first-hour benchmark-pareto \
+        benchmark-pipeline benchmark-distribute benchmark-first-hour benchmark-deploy \
+        install-deploy-peer benchmark-pareto \
         benchmark-microbatch data-fashion benchmark-fashion benchmark-fashion-time \
         benchmark-fashion-microbatch benchmark-fashion-protocol benchmark-figure1 \
         benchmark-gpu benchmark-gpu-wheels benchmark-gpu-smoke clean
@@ -19,8 +20,9 @@ help:
 	@echo "make train       set up and run the default job (flags/default.flags) on digits"
 	@echo "make test        TensorFlow tests, then the portable tests under JAX without TF"
 	@echo "make test-slow   also the slow tests (every preset, ...)"
-	@echo "make benchmark   CPU benchmarks (layers, models, host pipeline, plans, command latency;"
-	@echo "                 ~30 min on 2 quiet cores): prints its expected duration first, resumes where a stopped"
+	@echo "make benchmark   CPU benchmarks (layers, models, host pipeline, plans, command latency,"
+	@echo "                 deployed runtimes; ~30 min on 2 quiet cores before deployment joined):"
+	@echo "                 prints its expected duration first, resumes where a stopped"
 	@echo "                 run stopped (FORCE=1 measures again); JSON rows and PNG charts in"
 	@echo "                 benchmarks/results/"
 	@echo "make benchmark-quick  the same with fewer rounds and sizes (meant for < 10 min; not yet"
@@ -29,6 +31,8 @@ help:
 	@echo "                      temporary folder): checks that each still runs"
 	@echo "make benchmark-layers / -pipeline / -distribute / -first-hour   one part of make benchmark"
 	@echo "make venv-timm   .venv-timm: torch + timm, the benchmarks' PyTorch peer"
+	@echo "make benchmark-deploy      our exports and timm's efficientnet_b0 on ONNX Runtime and"
+	@echo "                           OpenVINO (+ TensorFlow, PyTorch eager): images/s, latency"
 	@echo "make benchmark-pareto      top-1 against training time on digits (~4 min)"
 	@echo "make benchmark-microbatch  top-1 of BN, GN, LN, LN+PN at micro-batch 2/8/32 (2 seeds)"
 	@echo "make benchmark-gpu-wheels  download the wheels benchmark-gpu needs offline"
@@ -141,10 +145,23 @@ benchmark-distribute: install
 benchmark-first-hour: install
 	$(BENCH) benchmark-first-hour -- $(ARGS)
 
-# One run of the four, so that the expected duration printed first covers them all.
-benchmark: benchmark-deps
+# The deployment benchmark's peer in the dev venv (its runtimes come with `install`'s deploy
+# extra), never in the project's dependencies: a CPU build of torch (this machine's disk holds
+# torch 2.13.0+cpu; elsewhere give TORCH_SPEC and, e.g., PIP_TORCH_OPTIONS="--index-url <PyTorch's
+# CPU wheel index>") and timm. Installs only what is missing; numpy, TensorFlow and protobuf stay.
+TORCH_SPEC ?= torch==2.13.0+cpu
+TIMM_SPEC ?= timm==1.0.31
+install-deploy-peer: install
+	$(PY) -c "import torch, importlib.util as u; assert u.find_spec('timm')" 2>/dev/null || \
+	    $(VENV)/bin/pip install -q $(PIP_TORCH_OPTIONS) "$(TORCH_SPEC)" "$(TIMM_SPEC)"
+
+benchmark-deploy: install-deploy-peer
+	$(BENCH) benchmark-deploy -- $(ARGS)
+
+# One run of the five, so that the expected duration printed first covers them all.
+benchmark: benchmark-deps install-deploy-peer
 	$(BENCH) benchmark-layers benchmark-pipeline benchmark-distribute benchmark-first-hour \
-	  -- $(ARGS)
+	  benchmark-deploy -- $(ARGS)
 
 benchmark-quick:
 	$(MAKE) --no-print-directory benchmark QUICK=1

@@ -44,7 +44,9 @@ MODEL_BENCHMARKS = ("train", "inference")
 LAYER_BENCHMARKS = ("layer_fwd_bwd", "norm_fwd_bwd")
 DISTRIBUTE_BENCHMARKS = ("input_sharding", "data_parallel", "pipeline", "stop_vote")
 ONEDNN_BENCHMARKS = ("conv_fwd_bwd", "train_onednn", "inference_onednn")
-COLORS = {"tensorflow": "#ff8f00", "jax": "#3f51b5", "torch": "#e53935"}
+DEPLOY_BENCHMARKS = ("deploy_throughput", "deploy_latency")
+COLORS = {"tensorflow": "#ff8f00", "jax": "#3f51b5", "torch": "#e53935",
+          "onnxruntime": "#00897b", "openvino": "#8e24aa"}
 
 
 def _pyplot():
@@ -67,7 +69,8 @@ def machine_line(machine: dict) -> str:
     if "load_average_1m" in machine:
         parts.append(f"load {machine['load_average_1m']}")
     libraries = [f"{name} {machine[name]}" for name in ("keras", "tensorflow", "jax", "torch",
-                                                        "timm") if machine.get(name)]
+                                                        "timm", "onnxruntime", "openvino")
+                 if machine.get(name)]
     return "; ".join(parts + libraries)
 
 
@@ -141,6 +144,37 @@ def model_chart(path: Path, rows: list[dict]) -> Path:
     size = rows[-1].get("model_size", "b0").upper()
     return _panels(path, groups, f"EfficientNet-{size} variants, images/s ({', '.join(backends)})",
                    lambda r: r["variant"], "images/s (higher is better)", rows[0]["machine"])
+
+
+def deploy_chart(path: Path, rows: list[dict]) -> Path:
+    """Deployment: batch-N images/s and batch-1 latency (as images/s) of each model on each
+    runtime, one panel per mode, its runtime-setting rows in panels of their own; each bar
+    labelled with its ratio to timm on the same runtime (to PyTorch eager for TensorFlow)."""
+    def key(row):
+        mode = ("batch-1 latency (1 / latency)" if row["benchmark"] == "deploy_latency" else
+                f"batch {row['batch']}")
+        settings = "" if row.get("setting", "default") == "default" else (
+            ", runtime settings (ratios to the default setting)")
+        return f"{mode}, {row['precision']}{settings}"
+
+    def label(row):
+        setting = "" if row.get("setting", "default") == "default" else f" [{row['setting']}]"
+        return (f"{row['variant']} {row['resolution']}px, {row['runtime']}{setting} "
+                f"({row['gmacs_per_second']:.0f} GMAC/s)")
+
+    plt = _pyplot()
+    groups = _group(rows, key)
+    heights = [0.6 + 0.28 * len(group) for group in groups.values()]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, sum(heights) + 1.1),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (name, group) in zip(axes[:, 0], groups.items()):
+        _bars(ax, group, label)
+        ax.set_title(name if "settings" in name else
+                     f"{name}   (ratios to timm on the same runtime; TensorFlow's to PyTorch's)",
+                     fontsize=9, loc="left")
+        ax.set_xlabel("images/s (higher is better)", fontsize=8)
+    fig.suptitle("Deployed inference on CPU runtimes, images/s", fontsize=11)
+    return _save(plt, fig, path, rows[0]["machine"])
 
 
 def layer_chart(path: Path, rows: list[dict]) -> Path:
@@ -317,6 +351,8 @@ def render(path: str | os.PathLike) -> Path | None:
         return model_chart(path, rows)
     if kinds <= set(LAYER_BENCHMARKS):
         return layer_chart(path, rows)
+    if kinds <= set(DEPLOY_BENCHMARKS):
+        return deploy_chart(path, rows)
     if kinds == {"host_pipeline"}:
         return pipeline_chart(path, rows)
     if kinds <= set(DISTRIBUTE_BENCHMARKS):

@@ -61,6 +61,17 @@ def fashion_mnist_missing() -> str | None:
     return f"Fashion-MNIST is not installed in {folder} (make data-fashion)"
 
 
+def deploy_missing() -> str | None:
+    """Why the deployment benchmark cannot run here, or None: it needs ONNX Runtime and
+    OpenVINO (the `deploy` extra; timm is optional, its rows then say why it is missing)."""
+    import importlib.util
+
+    missing = [name for name in ("onnx", "onnxruntime", "openvino")
+               if importlib.util.find_spec(name) is None]
+    return f"{', '.join(missing)} not installed (pip install -e \".[deploy]\")" if missing \
+        else None
+
+
 def jax_python_missing() -> str | None:
     """Why the GPU benchmark's CPU smoke run cannot run here, or None."""
     if Path(JAX_PYTHON).is_file():
@@ -108,6 +119,9 @@ TARGETS: dict[str, tuple[Step, ...]] = {
     "benchmark-distribute": (Step("bench_distribute", results=("distribute",)),
                              Step("bench_stop_vote", results=("stop_vote",))),
     "benchmark-first-hour": (Step("bench_first_hour", results=("first_hour",)),),
+    # Our exports and timm's on ONNX Runtime and OpenVINO (make benchmark-deploy installs the
+    # runtimes, torch and timm into the dev venv first).
+    "benchmark-deploy": (Step("bench_deploy", results=("deploy",), missing=deploy_missing),),
     "benchmark-pareto": (Step("bench_pareto", results=("pareto",)),),
     "benchmark-microbatch": (Step("bench_microbatch", results=("microbatch",)),),
     "benchmark-fashion-time": (Step("bench_fashion", ("time",), missing=fashion_mnist_missing),),
@@ -131,7 +145,7 @@ TARGETS: dict[str, tuple[Step, ...]] = {
 }
 # `make benchmark` and `make benchmark-quick`.
 BENCHMARK = ("benchmark-layers", "benchmark-pipeline", "benchmark-distribute",
-             "benchmark-first-hour")
+             "benchmark-first-hour", "benchmark-deploy")
 
 
 # ---------------------------------------------------------------------------- resume
@@ -376,8 +390,8 @@ def smoke(targets: Sequence[str], root: Path, jobs: int = 2, timeout: float = SM
 # The smoke runs' order, longest first (measured on 2 cores: the multi-process ones lead).
 SMOKE_ORDER = ("bench_gpu", "bench_fashion_protocol table96", "bench_stop_vote",
                "bench_group_conv", "bench_fashion time", "bench_distribute",
-               "bench_fashion microbatch", "bench_microbatch", "bench_pareto", "bench_model",
-               "bench_figure1", "bench_pipeline", "bench_first_hour")
+               "bench_fashion microbatch", "bench_microbatch", "bench_deploy", "bench_pareto",
+               "bench_model", "bench_figure1", "bench_pipeline", "bench_first_hour")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

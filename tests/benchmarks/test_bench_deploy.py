@@ -1,0 +1,92 @@
+"""The deployment benchmark's own arithmetic: MACs counted on an ONNX graph (by hand), the
+recipe model it reads from the flagfile, issue 33's targets, and rows with ratio_to_timm."""
+
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="onnx not installed (pip install -e \".[deploy]\")")
+
+from benchmarks import bench_deploy  # noqa: E402 (needs the deploy extra's modules)
+
+pytestmark = pytest.mark.tf_only
+
+
+def _graph(path):
+    """images [N,8,10,10] -> Conv(16, 3x3, groups 2, stride 2, pad 1) -> [N,16,5,5] ->
+    Conv(16, 1x1) -> GlobalAveragePool -> Flatten -> Gemm(16 -> 4)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = [numpy_helper.from_array(np.zeros(shape, np.float32), name) for name, shape in (
+        ("w1", (16, 4, 3, 3)), ("w2", (16, 16, 1, 1)), ("fc", (16, 4)), ("b", (4,)))]
+    nodes = [
+        helper.make_node("Conv", ["images", "w1"], ["a"], group=2, strides=[2, 2],
+                         pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Conv", ["a", "w2"], ["c"], kernel_shape=[1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "b"], ["logits"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                   ["batch", 8, 10, 10])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 4])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_graph_macs_by_hand(tmp_path):
+    macs, nodes = bench_deploy.graph_macs(_graph(tmp_path / "g.onnx"))
+    # Grouped 3x3: 16 x 5 x 5 outputs x (8 / 2 input channels x 9); 1x1: 16 x 25 x 16;
+    # Gemm: 4 outputs x 16.
+    assert macs == 16 * 25 * 4 * 9 + 16 * 25 * 16 + 4 * 16
+    assert nodes == 5
+
+
+def test_the_recipe_model_comes_from_its_flagfile():
+    assert bench_deploy.recipe_model() == ("efficientnet-tiny-g1-bn", 40)
+
+
+def test_issue_33_targets():
+    # G16-LN+PN: images/s at least timm's x timm's MACs / ours; latency at most the inverse.
+    text, bound = bench_deploy.target_for("G16-LN+PN B0", "deploy_throughput", "openvino",
+                                          0.64, 0.39)
+    assert bound == pytest.approx(0.39 / 0.64) and "MAC ratio" in text
+    _, bound = bench_deploy.target_for("G16-LN+PN B0", "deploy_latency", "onnxruntime", 0.64,
+                                       0.39)
+    assert bound == pytest.approx(0.64 / 0.39)
+    assert bench_deploy.target_for("G1-BN B0", "deploy_throughput", "openvino", 0.39,
+                                   0.39)[1] == 1.0
+    # No target on TensorFlow, for G16-GN, for G1-BN's latency, or without timm.
+    assert bench_deploy.target_for("G16-LN+PN B0", "deploy_throughput", "tensorflow", 0.64,
+                                   0.39) is None
+    assert bench_deploy.target_for("G16-GN B0", "deploy_throughput", "openvino", 0.64,
+                                   0.39) is None
+    assert bench_deploy.target_for("G1-BN B0", "deploy_latency", "openvino", 0.39, 0.39) is None
+    assert bench_deploy.target_for("G1-BN B0", "deploy_throughput", "openvino", 0.39,
+                                   None) is None
+
+
+def test_rows_hold_ratios_to_timm_on_the_same_runtime_and_the_targets():
+    import argparse
+
+    args = argparse.Namespace(batch=4, batches=2, repeats=2, latency_calls=3, size="b0")
+    entries = {"G16-LN+PN B0": {"nodes": 300, "gmacs": 0.8, "resolution": 224},
+               bench_deploy.TIMM: {"nodes": 298, "gmacs": 0.4, "resolution": 224}}
+    # (seconds a batch of 4, batch-1 seconds) per round.
+    samples = {("G16-LN+PN B0", "openvino", "default"): [(0.4, 0.02), (0.5, 0.03)],
+               (bench_deploy.TIMM, "openvino", "default"): [(0.1, 0.01)],
+               ("G16-LN+PN B0", "tensorflow", "default"): [(0.8, 0.05)],
+               (bench_deploy.TIMM, "torch", "default"): [(0.2, 0.02)]}
+    rows = {(r["benchmark"], r["variant"], r["backend"]): r for r in bench_deploy.build_rows(
+        samples, entries, args, {"cpu": "test", "cores": 2}, 2, None)}
+    ours = rows[("deploy_throughput", "G16-LN+PN B0", "openvino")]
+    assert ours["images_per_second"] == 10.0 and ours["images_per_second_rounds"] == [8.0,
+                                                                                     10.0]
+    assert ours["spread"] == 0.2 and ours["ratio_to_timm"] == 0.25
+    assert ours["mac_rate_ratio_to_timm"] == 0.5 and ours["gmacs_per_second"] == 8.0
+    assert ours["target_bound"] == 0.5 and ours["target_met"] is False
+    latency = rows[("deploy_latency", "G16-LN+PN B0", "openvino")]
+    assert latency["latency_ms"] == 20.0 and latency["latency_ratio_to_timm"] == 2.0
+    assert latency["target_bound"] == 2.0 and latency["target_met"] is True
+    # TensorFlow's rows against PyTorch eager; every row has its ratio to timm.
+    assert rows[("deploy_throughput", "G16-LN+PN B0", "tensorflow")]["ratio_to_timm"] == 0.25
+    assert all("ratio_to_timm" in row for row in rows.values())
