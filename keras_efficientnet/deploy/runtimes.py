@@ -4,19 +4,23 @@ per loaded model that takes uint8 images and returns class probabilities as NumP
 Three runtimes, each reading its own artifact (`keras_efficientnet.deploy`'s exports):
 
 - `openvino`: an OpenVINO IR (`.xml`, its `.bin` beside it) or an ONNX file, compiled for the
-  CPU with the LATENCY performance hint (one stream using every core). On 2 cores the
-  THROUGHPUT hint (one stream per core, the batch split across them) measured no faster at
-  batch 32 and slower at batch 1 (benchmarks/README.md, "Deployment"), so latency is the
-  default; the model is reshaped to each batch size it meets and compiled once per size,
-  because a static shape runs faster than OpenVINO's dynamic-shape path.
+  CPU with the LATENCY performance hint (one stream on every core, one request per call); the
+  model is reshaped to each batch size it meets and compiled once per size (a static shape).
+  THROUGHPUT (one stream per core, the batch split across them) measured mixed on a loaded
+  2-core machine (faster for G16-LN+PN at batch 32, slower for timm's B0 and at batch 1:
+  benchmarks/README.md, "Deployment"), so the hint stays LATENCY; `hint=` chooses.
 - `onnxruntime`: an ONNX file in an `InferenceSession` on the CPUExecutionProvider with every
-  graph optimization and one intra-op thread per core (fewer threads measured slower).
+  graph optimization and one intra-op thread per core (`threads=`; on an oversubscribed machine
+  1 thread measured faster, see the same section).
 - `tensorflow`: a SavedModel folder (its `serving_default` signature), as TensorFlow Serving
   runs it; the reference the others are checked against.
 
-`RUNTIMES` is the order `auto` tries (the predict command's `--runtime=auto`): fastest first,
-as `make benchmark-deploy` measured. Every session takes `[batch, height, width, 3]` uint8
-images (the serving signature's contract) and returns float32 probabilities `[batch, classes]`.
+`RUNTIMES` is the order `auto` tries (the predict command's `--runtime=auto`): OpenVINO, ONNX
+Runtime, TensorFlow, the order issue 33 measured on a quiet 2-core AMD EPYC for timm's B0 and our
+G1-BN (OpenVINO about 1.7x ONNX Runtime). On the same CPU shared 6-8 times over, `make
+benchmark-deploy` found TensorFlow's predict fastest for our B0s: the runtimes' thread pools
+lose their time slices there. Every session takes `[batch, height, width, 3]` uint8 images (the
+serving signature's contract) and returns float32 probabilities `[batch, classes]`.
 """
 
 from __future__ import annotations
@@ -29,12 +33,16 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from keras_efficientnet.atomic import check_directory, fsync_directory
 
-# auto's order: fastest first on the CPUs measured (benchmarks/README.md, "Deployment").
+# NumPy is imported where it is used: the predict command imports this module to parse its
+# flags, before anything heavy loads (its usage errors come in well under a second).
+if TYPE_CHECKING:
+    import numpy as np
+
+# auto's order (module docstring).
 RUNTIMES = ("openvino", "onnxruntime", "tensorflow")
 # What each runtime imports, and the pip extra that installs it.
 MODULES = {"openvino": "openvino", "onnxruntime": "onnxruntime", "tensorflow": "tensorflow"}
@@ -126,6 +134,7 @@ class Session:
         self.settings = settings
 
     def __call__(self, images) -> np.ndarray:
+        import numpy as np
         images = np.asarray(images)
         if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
             raise ValueError(f"{self.runtime} session of {self.path}: expected uint8 images "
@@ -174,6 +183,7 @@ def open_session(path: str | os.PathLike, runtime: str, *, threads: int | None =
 
 
 def _openvino(path: Path, threads: int, hint: str) -> Session:
+    import numpy as np
     import openvino as ov
 
     if hint not in OPENVINO_HINTS:
@@ -229,6 +239,7 @@ def _openvino(path: Path, threads: int, hint: str) -> Session:
 
 
 def _onnxruntime(path: Path, threads: int) -> Session:
+    import numpy as np
     import onnxruntime as ort
 
     options = ort.SessionOptions()
