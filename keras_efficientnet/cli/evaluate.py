@@ -130,6 +130,7 @@ def score(model, dataset, batches: int) -> dict:
 def _run(args) -> dict:
     from keras_efficientnet.cli import quiet
 
+    print(f"loading: TensorFlow, then {args.model_file}", flush=True)  # seconds of silence else
     quiet.import_tensorflow(verbose=args.verbosity > 0)
     from keras_efficientnet import datasets
     from keras_efficientnet.registration import load_model

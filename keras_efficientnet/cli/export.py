@@ -175,6 +175,7 @@ def _export(argv: list[str]) -> int:
     model_file = _check(args)
     from keras_efficientnet.cli import errors, quiet
 
+    print(f"loading: TensorFlow, then {model_file}", flush=True)  # seconds of silence else
     quiet.import_tensorflow(verbose=args.verbosity > 0)
     from keras_efficientnet.registration import load_model
 

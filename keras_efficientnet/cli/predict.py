@@ -389,6 +389,10 @@ def load_predictor(args, names):
     `choose_runtime` picks; `auto` falls back to TensorFlow, with one warning line, where its
     runtime cannot be used for this model."""
     runtime = choose_runtime(args)
+    # The first line within a second: loading TensorFlow (or a runtime) takes seconds. On a
+    # terminal's stderr only: stdout holds the predictions, and a log keeps errors alone.
+    if sys.stderr.isatty():
+        print(f"loading: {args.model_file} on {runtime}", file=sys.stderr, flush=True)
     if runtime == "tensorflow":
         return _load(args, names)
     from keras_efficientnet.cli import errors

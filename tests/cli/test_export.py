@@ -51,7 +51,8 @@ def test_a_run_exports_its_models_probabilities(run, tmp_path, capsys):
     root, images, expected = run
     out = tmp_path / "saved_model"
     assert export.main(["export", str(root / "run"), f"--output={out}"]) == 0
-    printed = capsys.readouterr().out
+    loading, printed = capsys.readouterr().out.split("\n", 1)
+    assert loading == f"loading: TensorFlow, then {root / 'run' / 'model.keras'}"
     assert printed.startswith(f"wrote saved_model {out} from {root / 'run' / 'model.keras'}")
     np.testing.assert_allclose(_served(out, images), expected, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(expected.sum(-1), 1.0, atol=1e-5)  # probabilities, not logits
@@ -122,7 +123,7 @@ def test_a_run_exports_for_cpu_runtimes(run, tmp_path, capsys, fmt, name):
         out = tmp_path / "model.xml"
         served = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(
             images)[0]
-    assert capsys.readouterr().out.startswith(f"wrote {fmt} {out} from ")
+    assert capsys.readouterr().out.split("\n", 1)[1].startswith(f"wrote {fmt} {out} from ")
     np.testing.assert_allclose(served, expected, rtol=0, atol=1e-5)
 
 
@@ -139,7 +140,7 @@ def test_a_run_exports_int8_onnx_calibrated_on_a_dataset(run, tmp_path, capsys):
     out = tmp_path / "int8.onnx"
     assert export.main(["export", str(root / "run"), f"--output={out}", "--format=onnx",
                         "--int8", "--calibration=digits", "--calibration_images=32"]) == 0
-    assert capsys.readouterr().out.startswith(f"wrote int8 onnx {out} from ")
+    assert capsys.readouterr().out.split("\n", 1)[1].startswith(f"wrote int8 onnx {out} from ")
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     assert any(node.op_type == "QuantizeLinear" for node in onnx.load(str(out)).graph.node)
     served = session.run(None, {"images": images})[0]

@@ -2,6 +2,7 @@
 output, one line per bad file, ImageNet names for 1000-class models."""
 
 import csv
+import io
 import json
 import os
 import subprocess
@@ -271,3 +272,20 @@ def test_a_named_pipe_among_the_images_is_one_line_and_never_blocks(files, tmp_p
     assert status == 2
     err = capsys.readouterr().err
     assert f"error: {pipe} is a named pipe (FIFO), not a regular file" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_is_told_what_loads_first(files, monkeypatch, capsys):
+    """On a terminal the first line (stderr) names the model and runtime before the seconds
+    of loading; stdout keeps the predictions alone."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    image = str(files["images"][0])
+    assert predict.main(["predict", f"--model_file={files['three']}", image,
+                         "--runtime=tensorflow"]) == 0
+    assert terminal.getvalue().splitlines()[0] == f"loading: {files['three']} on tensorflow"
+    assert "loading" not in capsys.readouterr().out
