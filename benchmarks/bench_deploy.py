@@ -51,7 +51,7 @@ import keras
 import numpy as np
 
 import keras_efficientnet as ke
-from benchmarks import timm_deploy
+from benchmarks import timm_deploy, timm_peer
 from benchmarks.common import add_mode_arguments, machine, make_row, parse_args, write_results
 from keras_efficientnet.deploy import export_onnx, export_openvino, runtimes
 
@@ -148,7 +148,7 @@ def best_seconds(fn, *, warmup: int, batches: int, repeats: int) -> float:
 
 
 def median_seconds(fn, *, warmup: int, calls: int) -> float:
-    return timm_deploy.median_seconds(fn, warmup=warmup, calls=calls)
+    return timm_peer.median_seconds(fn, warmup, calls)
 
 
 def _check(outputs, where: str) -> None:

@@ -19,6 +19,8 @@ import json
 import sys
 import time
 
+from benchmarks.timm_peer import median_seconds  # the same timing for both timm children
+
 ROW_PREFIX = "TIMM_DEPLOY "
 UNAVAILABLE_PREFIX = "TIMM_UNAVAILABLE "
 UNAVAILABLE_STATUS = 3
@@ -61,17 +63,6 @@ def best_seconds(fn, *, warmup: int, batches: int, repeats: int) -> float:
     return best
 
 
-def median_seconds(fn, *, warmup: int, calls: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
 def export(torch, model, path: str, resolution: int) -> None:
     import warnings
 
@@ -109,7 +100,7 @@ def eager(torch, model, args) -> dict:
 
     seconds = best_seconds(lambda: infer(x), warmup=args.warmup, batches=args.batches,
                            repeats=args.repeats)
-    latency = median_seconds(lambda: infer(one), warmup=args.warmup, calls=args.latency_calls)
+    latency = median_seconds(lambda: infer(one), args.warmup, args.latency_calls)
     return {"seconds_per_batch": seconds, "latency_seconds": latency}
 
 
