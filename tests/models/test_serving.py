@@ -267,7 +267,7 @@ def test_predict_command_and_api_take_the_fused_pass(tmp_path, fused_calls, caps
         out = tmp_path / f"{mode}.jsonl"
         assert predict.main(["predict", f"--model_file={tmp_path / 'model.keras'}",
                              *map(str, paths), f"--serving={mode}", "--top_k=10",
-                             f"--output={out}"]) == 0
+                             "--runtime=tensorflow", f"--output={out}"]) == 0
         assert (len(fused_calls) > traced) == (mode == "auto")
         for record, row in zip(map(json.loads, out.read_text().splitlines()), expected):
             got = {top["index"]: top["probability"] for top in record["top_k"]}
