@@ -19,7 +19,8 @@ import json
 import sys
 import time
 
-from benchmarks.timm_peer import median_seconds  # the same timing for both timm children
+# The same timing and training step for both timm children.
+from benchmarks.timm_peer import median_seconds, sgd_step
 
 ROW_PREFIX = "TIMM_DEPLOY "
 UNAVAILABLE_PREFIX = "TIMM_UNAVAILABLE "
@@ -85,12 +86,7 @@ def eager(torch, model, args) -> dict:
     y = torch.randint(0, args.classes, (args.batch,), generator=generator)
     model.train()
     for _ in range(args.sgd_steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        if not torch.isfinite(loss):
-            raise SystemExit(f"non-finite loss {float(loss)} in timm {MODEL}'s SGD steps")
+        sgd_step(torch, model, optimizer, x, y, f"in timm {MODEL}'s SGD steps")
     model.eval()
     one = x[:1].contiguous(memory_format=torch.channels_last)
 

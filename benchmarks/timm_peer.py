@@ -33,6 +33,16 @@ def median_seconds(fn, warmup: int, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def sgd_step(torch, model, optimizer, x, y, where: str) -> None:
+    """One cross-entropy SGD step; a non-finite loss ends the child with `where` named."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if not torch.isfinite(loss):
+        raise SystemExit(f"non-finite loss {float(loss)} {where}")
+
+
 def measure(torch, timm, name: str, resolution: int, args) -> dict[str, float]:
     """{"train"|"inference": median seconds a step} of timm's `name` at one resolution."""
     torch.manual_seed(0)
@@ -44,12 +54,7 @@ def measure(torch, timm, name: str, resolution: int, args) -> dict[str, float]:
     y = torch.randint(0, CLASSES, (args.batch,))
 
     def train_step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        if not torch.isfinite(loss):
-            raise SystemExit(f"non-finite loss {float(loss)} while benchmarking timm {name}")
+        sgd_step(torch, model, optimizer, x, y, f"while benchmarking timm {name}")
 
     def infer():
         with torch.inference_mode():
