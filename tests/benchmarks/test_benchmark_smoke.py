@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import common, targets
+from benchmarks import bench_model, common, targets
+from tests.benchmarks.test_benchmarks_harness import check_references
 
 pytestmark = pytest.mark.tf_only
 
@@ -32,6 +33,11 @@ NOT_MODULE_TARGETS = {"benchmark", "benchmark-quick", "benchmark-smoke", "benchm
                       "benchmark-fashion", "benchmark-gpu-wheels", "benchmark-gpu-smoke"}
 
 
+# The tests that read a module's smoke run, each parametrised by the module's label.
+SMOKE_ROW_TESTS = {"test_benchmark_module_runs_in_smoke_mode",
+                   "test_model_benchmark_smoke_steps_every_layer_and_model_configuration"}
+
+
 def listing(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
@@ -40,7 +46,7 @@ def listing(folder: Path) -> dict[str, int]:
 def smoke_runs(request, tmp_path_factory):
     # Only the modules whose tests were selected (-k bench_stop_vote runs that one alone).
     selected = {item.callspec.params["label"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_benchmark_module_runs_in_smoke_mode"}
+                if getattr(item, "originalname", "") in SMOKE_ROW_TESTS}
     before = listing(common.RESULTS_DIR)
     root = tmp_path_factory.mktemp("smoke")
     results = targets.smoke(list(targets.TARGETS), root, jobs=JOBS, only=selected)
@@ -67,6 +73,33 @@ def test_benchmark_module_runs_in_smoke_mode(smoke_runs, label):
             assert row.get("smoke") is True, (path, row)
     # The smoke runs wrote nothing to benchmarks/results (no file added, none rewritten).
     assert listing(common.RESULTS_DIR) == before
+
+
+@pytest.mark.parametrize("label", ["bench_model"])
+def test_model_benchmark_smoke_steps_every_layer_and_model_configuration(smoke_runs, label):
+    # What test_benchmarks_harness's in-process run of the same configuration checked (now a
+    # slow test: it repeated this run, 15 s of make test), read from the smoke run's rows.
+    results, _ = smoke_runs
+    directory = results[label].directory
+    layers = common.read_rows(directory / "layers_tensorflow.jsonl")
+    assert {(r["benchmark"], r["variant"]) for r in layers} == {
+        ("layer_fwd_bwd", "DepthwiseConv2D"), ("layer_fwd_bwd", "GroupConv2D(group_size=16)"),
+        ("layer_fwd_bwd", "keras Conv2D(groups=2)"), ("norm_fwd_bwd", "GroupNorm(4)+swish"),
+        ("norm_fwd_bwd", "LayerNorm+swish"), ("norm_fwd_bwd", "GroupNorm(4)+ProxyNorm(swish)"),
+        ("norm_fwd_bwd", "LayerNorm+ProxyNorm(swish)")}
+    check_references(layers, lambda r: r["benchmark"])
+    models = common.read_rows(directory / "model_tensorflow.jsonl")
+    # --no-timm: our variants and keras.applications' B0 only, each row saying timm was left out.
+    variants = [bench_model.BASELINE, *bench_model.VARIANTS]
+    serving = [f"{v} {bench_model.SERVING_SUFFIX}" for v in bench_model.VARIANTS]
+    assert sorted((r["benchmark"], r["variant"]) for r in models) == sorted(
+        [(mode, v) for mode in ("train", "inference") for v in variants]
+        + [("inference", v) for v in serving])
+    assert {(r["resolution"], r["batch"], r["precision"]) for r in models} == {
+        (32, 2, "float32")}
+    check_references(models, lambda r: (r["benchmark"], r["resolution"]))
+    assert all(r["gmacs"] > 0 and r["timm_status"] == "timm peer left out (--no-timm)"
+               for r in models)
 
 
 def test_every_benchmark_module_and_make_target_has_a_smoke_run():

@@ -76,6 +76,12 @@ for resolution in args.resolutions.split(","):
 """
 
 
+# Slow (15 s of make test): test_benchmark_smoke's bench_model run steps the same configuration
+# through the command line and test_model_benchmark_smoke_steps_every_layer_and_model_
+# configuration checks its rows; the timm peer's rows are checked here, and by
+# test_model_rows_take_the_best_round_and_divide_by_timm and
+# test_timm_peer_failures_become_a_reason_not_an_error in make test.
+@pytest.mark.slow
 def test_model_benchmark_steps_every_layer_and_model_configuration(tmp_path):
     peer = fake_interpreter(tmp_path, STAND_IN_PEER)
     bench_model.main(["--size", "tiny", "--resolutions", "32", "--batch", "2", "--warmup", "1",
