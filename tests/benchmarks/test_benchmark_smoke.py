@@ -35,7 +35,8 @@ NOT_MODULE_TARGETS = {"benchmark", "benchmark-quick", "benchmark-smoke", "benchm
 
 # The tests that read a module's smoke run, each parametrised by the module's label.
 SMOKE_ROW_TESTS = {"test_benchmark_module_runs_in_smoke_mode",
-                   "test_model_benchmark_smoke_steps_every_layer_and_model_configuration"}
+                   "test_model_benchmark_smoke_steps_every_layer_and_model_configuration",
+                   "test_pipeline_benchmark_smoke_steps_every_configuration"}
 
 
 def listing(folder: Path) -> dict[str, int]:
@@ -100,6 +101,19 @@ def test_model_benchmark_smoke_steps_every_layer_and_model_configuration(smoke_r
     check_references(models, lambda r: (r["benchmark"], r["resolution"]))
     assert all(r["gmacs"] > 0 and r["timm_status"] == "timm peer left out (--no-timm)"
                for r in models)
+
+
+@pytest.mark.parametrize("label", ["bench_pipeline"])
+def test_pipeline_benchmark_smoke_steps_every_configuration(smoke_runs, label):
+    # What test_benchmarks_harness's in-process run of the same options checked (now slow).
+    results, _ = smoke_runs
+    rows = common.read_rows(results[label].directory / "pipeline.jsonl")
+    assert {(r["variant"], r["resolution"]) for r in rows} == {
+        ("decode_and_crop_ceiling", None), ("uint8_pipeline", 32), ("float32_pipeline", 32),
+        ("uint8_unguarded", 32), ("float32_unguarded", 32)}
+    check_references(rows, lambda r: r["benchmark"])
+    sent = {r["variant"]: r["bytes_per_image"] for r in rows}
+    assert sent["uint8_unguarded"] == 32 * 32 * 3 and sent["float32_unguarded"] == 4 * 32 * 32 * 3
 
 
 def test_every_benchmark_module_and_make_target_has_a_smoke_run():

@@ -195,6 +195,9 @@ def test_model_benchmark_fails_loudly_on_a_non_finite_loss():
         bench_model._throughputs(model, "float32", 2, 4, warmup=1, steps=1, infer_steps=1)
 
 
+# Slow: test_benchmark_smoke's bench_pipeline run takes these options through the command line
+# and test_pipeline_benchmark_smoke_steps_every_configuration checks its rows.
+@pytest.mark.slow
 def test_pipeline_benchmark_steps_every_configuration(tmp_path):
     bench_pipeline.main(["--images", "4", "--image_sizes", "32", "--batch", "2",
                          "--seconds", "0.01", "--warmup_batches", "1", "--repeats", "1",
