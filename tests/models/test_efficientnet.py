@@ -120,6 +120,10 @@ def test_batchnorm_model_does_depend_on_the_batch_in_training():
     assert np.abs(whole[:2] - part).max() > 1e-4
 
 
+# JAX_CPU_SLOW: 3 eager whole-model calls, 25 s of make test-jax (quiet). The cast is keras.ops,
+# the same on every backend; under JAX, uint8 images go through the model in test_portable's
+# training step and test_serialization's round trip.
+@JAX_CPU_SLOW
 def test_uint8_and_float_images_give_the_same_output():
     # The default model takes both (keras.applications' habit); uint8 is cast inside it.
     model = ke.EfficientNet("tiny", classes=3)
