@@ -9,8 +9,9 @@ ImageNet's (package data, `ke.decode_predictions`); otherwise classes print as t
 
 `--runtime` chooses what runs the model: `tensorflow` (Keras, as trained), `openvino` or
 `onnxruntime` (`keras_efficientnet.deploy.runtimes`; `pip install "keras-efficientnet[deploy]"`),
-or `auto` (the default): the first installed of OpenVINO, ONNX Runtime, TensorFlow (fastest
-first on a quiet CPU; `keras_efficientnet.deploy.runtimes` says where that order comes from).
+or `auto` (the default): the fastest installed, measured once per model file on its exports
+(where both OpenVINO and ONNX Runtime are installed; `keras_efficientnet.deploy.runtimes` says
+why it is measured rather than a fixed order), else the one installed, else TensorFlow.
 A runtime other than TensorFlow runs the model's export, made once and kept beside the model
 file in `MODEL.keras.deploy/<SHA-256 of the file>/` (a changed model file exports again); its
 outputs equal TensorFlow's to 1e-5. Where `auto`
@@ -80,10 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "pass of keras_efficientnet.serving (same outputs, faster); off keeps "
                         "Keras' layers")
     parser.add_argument("--runtime", default="auto", choices=("auto", *runtimes.RUNTIMES),
-                        help="what runs the model: auto = the fastest installed (openvino, "
-                        "then onnxruntime, then tensorflow); openvino and onnxruntime run an "
-                        "export cached beside the model file (pip install "
-                        "\"keras-efficientnet[deploy]\")")
+                        help="what runs the model: auto = the fastest installed (openvino or "
+                        "onnxruntime, timed once per model file; else tensorflow); openvino "
+                        "and onnxruntime run an export cached beside the model file (pip "
+                        "install \"keras-efficientnet[deploy]\")")
     add_verbosity(parser)
     return parser
 
@@ -327,7 +328,8 @@ def _load(args, names):
 
 def choose_runtime(args) -> str:
     """The runtime --runtime names, checked to be installed (BadInput naming the pip extra),
-    or for auto the first installed of runtimes.RUNTIMES that can run this request."""
+    or for auto the first installed of runtimes.RUNTIMES that can run this request (where
+    both export runtimes are, `_load_fastest` then measures which)."""
     if args.runtime != "auto":
         if args.runtime != "tensorflow" and args.serving != "auto":
             raise BadInput(f"--serving={args.serving} chooses TensorFlow's computation: give "
@@ -384,6 +386,32 @@ def _load_deployed(args, runtime: str, names):
     return session, resolution, names
 
 
+def _load_fastest(args, names):
+    """auto's (session, resolution, class names): the installed export runtime that ran this
+    model file fastest, measured once on its exports and recorded beside them
+    (`runtimes.RATES_NAME`; module docstring of `keras_efficientnet.deploy.runtimes`)."""
+    candidates = [r for r in runtimes.RUNTIMES[:-1] if runtimes.installed(r)]
+    if len(candidates) == 1:
+        return _load_deployed(args, candidates[0], names)
+    batch = min(args.batch_size, runtimes.TIMING_BATCH)
+    model_holder: list = []  # the Keras model, loaded once where exports are made
+    paths = {runtime: _cached(args, runtime, model_holder)[0] for runtime in candidates}
+    entry = next(iter(paths.values())).parent
+    rates = runtimes.recorded_rates(entry, candidates, batch)
+    if rates is not None:
+        return _load_deployed(args, runtimes.fastest(rates), names)
+    loaded = {runtime: _load_deployed(args, runtime, names) for runtime in candidates}
+    rates = {runtime: runtimes.measure_rate(loaded[runtime][0], batch)
+             for runtime in candidates}
+    record = runtimes.record_rates(entry, rates, batch)
+    chosen = runtimes.fastest(rates)
+    if args.verbosity > 0:
+        measured = ", ".join(f"{runtime} {rate:.1f}" for runtime, rate in rates.items())
+        print(f"--runtime=auto: {chosen}, the fastest for {args.model_file} (images/s at "
+              f"batch {batch}: {measured}; measured once, kept in {record})", file=sys.stderr)
+    return loaded[chosen]
+
+
 def load_predictor(args, names):
     """(a callable uint8 images -> class scores, resolution, class names) on the runtime
     `choose_runtime` picks; `auto` falls back to TensorFlow, with one warning line, where its
@@ -399,7 +427,7 @@ def load_predictor(args, names):
 
     if args.runtime == "auto":
         try:
-            return _load_deployed(args, runtime, names)
+            return _load_fastest(args, names)
         except BadInput:
             raise
         except Exception as error:  # an export or a cache folder that failed

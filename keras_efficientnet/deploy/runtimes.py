@@ -15,11 +15,15 @@ Three runtimes, each reading its own artifact (`keras_efficientnet.deploy`'s exp
 - `tensorflow`: a SavedModel folder (its `serving_default` signature), as TensorFlow Serving
   runs it; the reference the others are checked against.
 
-`RUNTIMES` is the order `auto` tries (the predict command's `--runtime=auto`): OpenVINO, ONNX
-Runtime, TensorFlow, the order issue 33 measured on a quiet 2-core AMD EPYC for timm's B0 and our
-G1-BN (OpenVINO about 1.7x ONNX Runtime). On the same CPU shared 6-8 times over, `make
-benchmark-deploy` found TensorFlow's predict fastest for our B0s: the runtimes' thread pools
-lose their time slices there. Every session takes `[batch, height, width, 3]` uint8 images (the
+`auto` (the predict command's `--runtime=auto`) measures: where OpenVINO and ONNX Runtime are
+both installed it times each on the model's export once (`measure_rate`, at the predict batch
+size up to TIMING_BATCH) and keeps the rates beside the exports (`rates.json` in the model's
+cache entry, so again only for a changed model file); TensorFlow is what it falls back to.
+No fixed order holds: on a quiet 2-core AMD EPYC issue 33 found OpenVINO about 1.7x ONNX
+Runtime for timm's B0 and our G1-BN, but our G16 models' grouped convolutions run on a slower
+OpenVINO kernel in float32 (docs/deploy.md), and on a loaded machine the order changes from run
+to run (`make benchmark-deploy`). `RUNTIMES` is the order of the names, and of ties.
+Every session takes `[batch, height, width, 3]` uint8 images (the
 serving signature's contract) and returns float32 probabilities `[batch, classes]`.
 """
 
@@ -42,7 +46,7 @@ from keras_efficientnet.atomic import check_directory, fsync_directory
 if TYPE_CHECKING:
     import numpy as np
 
-# auto's order (module docstring).
+# The runtimes, the order of ties in auto's measurement (module docstring).
 RUNTIMES = ("openvino", "onnxruntime", "tensorflow")
 # What each runtime imports, and the pip extra that installs it.
 MODULES = {"openvino": "openvino", "onnxruntime": "onnxruntime", "tensorflow": "tensorflow"}
@@ -84,7 +88,7 @@ def installed(runtime: str) -> bool:
 
 
 def available_runtimes() -> list[str]:
-    """The runtimes of RUNTIMES that import here, in auto's order (fastest first)."""
+    """The runtimes of RUNTIMES that import here, in RUNTIMES' order."""
     return [runtime for runtime in RUNTIMES if installed(runtime)]
 
 
@@ -247,6 +251,13 @@ def _onnxruntime(path: Path, threads: int) -> Session:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1  # sequential execution: one op at a time on all threads
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # No spinning: ONNX Runtime's idle workers otherwise busy-wait after each call, taking the
+    # cores from the process's next work (an OpenVINO call, the image reading) and, on a
+    # shared CPU, from each other. Measured on the project's 2-core EPYC at load 12-13, same
+    # process (docs/deploy.md): timm's B0 at batch 1 8.4 -> 57 images/s, G16-LN+PN 4.6 -> 21;
+    # at batch 16 timm 7.5 -> 12.5, G16-LN+PN 3.1 -> 4.3.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     first = session.get_inputs()[0]
     shape = tuple(d if isinstance(d, int) else None for d in first.shape)
@@ -341,3 +352,73 @@ def cached_artifact(model_file: str | os.PathLike, runtime: str,
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target, True
+
+
+# ------------------------------------------------------------------------- auto's measurement
+
+# What `auto` measures between the installed export runtimes, kept in the model's cache entry
+# beside the exports (so once per model content): images/s of each at one batch size.
+RATES_NAME = "rates.json"
+# The timing batch: the predict batch size, at most this (a B0 call at batch 8 takes about a
+# second on a quiet 2-core CPU; the measurement runs once per model file).
+TIMING_BATCH = 8
+TIMING_CALLS = 3  # best of, after one warm-up call
+
+
+def measure_rate(session: Session, batch: int, *, calls: int = TIMING_CALLS) -> float:
+    """Images/s of `session` at `batch` (the best of `calls` timed calls after one warm-up),
+    on mid-grey images of the session's size."""
+    import time
+
+    import numpy as np
+
+    height, width = (side or 224 for side in session.input_shape[1:3])
+    images = np.full((batch, height, width, 3), 128, np.uint8)
+    session(images)  # the warm-up: compiles for this batch size, fills caches
+    best = float("inf")
+    for _ in range(calls):
+        start = time.perf_counter()
+        session(images)
+        best = min(best, time.perf_counter() - start)
+    return batch / best
+
+
+def recorded_rates(entry: Path, runtimes: list[str], batch: int) -> dict[str, float] | None:
+    """{runtime: images/s} that `entry`'s RATES_NAME holds for exactly `runtimes` at `batch`,
+    or None (no record, another batch or set of runtimes, or a file that does not parse)."""
+    import json
+
+    try:
+        record = json.loads((Path(entry) / RATES_NAME).read_text())
+        rates = {name: float(rate) for name, rate in record["images_per_second"].items()}
+        if record["batch"] != batch or sorted(rates) != sorted(runtimes):
+            return None
+        if not all(rate > 0 for rate in rates.values()):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return rates
+
+
+def record_rates(entry: Path, rates: dict[str, float], batch: int) -> Path:
+    """Writes `rates` ({runtime: images/s} at `batch`) to `entry`'s RATES_NAME, atomically,
+    with the load average it was measured under; returns the file's path."""
+    import json
+
+    from keras_efficientnet.atomic import atomic_file
+
+    path = Path(entry) / RATES_NAME
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:  # not on a Unix
+        load = None
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps({"batch": batch, "images_per_second": {
+            name: round(rate, 3) for name, rate in rates.items()}, "load_average_1m": load},
+            indent=1) + "\n")
+    return path
+
+
+def fastest(rates: dict[str, float]) -> str:
+    """The runtime of `rates` with the highest images/s (ties: the first in RUNTIMES)."""
+    return max(rates, key=lambda name: (rates[name], -RUNTIMES.index(name)))

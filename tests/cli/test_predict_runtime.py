@@ -1,7 +1,7 @@
 """`keras-efficientnet-predict --runtime`: every runtime predicts TensorFlow's probabilities (to
-1e-5 of the output scale), auto exports once into the cache beside the model file and again
-for a changed model, and a runtime that is unknown, missing or cannot serve the request is one
-line."""
+1e-5 of the output scale), the export is made once into the cache beside the model file and
+again for a changed model, auto times the installed runtimes once and takes the faster, and a
+runtime that is unknown, missing or cannot serve the request is one line."""
 
 import importlib.util
 import json
@@ -93,13 +93,66 @@ def test_every_runtime_predicts_tensorflows_probabilities(runtime, model_file, i
     np.testing.assert_allclose(got, expected, rtol=0,
                                atol=TOLERANCE * expected.max() + ROUNDING)
     cache = runtimes.cache_root(model_file)
-    chosen = runtime if runtime != "auto" else next(
-        (r for r in runtimes.RUNTIMES if runtimes.installed(r)))
-    if chosen == "tensorflow":
+    exported = [r for r in runtimes.RUNTIMES[:-1] if runtimes.installed(r)]
+    chosen = [runtime] if runtime != "auto" else exported
+    if chosen == ["tensorflow"] or not chosen:
         assert not cache.exists()
     else:
         [entry] = cache.iterdir()
-        assert (entry / runtimes.CACHED_NAMES[chosen]).is_file()
+        assert all((entry / runtimes.CACHED_NAMES[r]).is_file() for r in chosen)
+
+
+def test_auto_times_both_export_runtimes_once_and_takes_the_faster(
+        model_file, images, tmp_path, capsys, monkeypatch):
+    for runtime in ("openvino", "onnxruntime"):
+        _skip_unless(runtime)
+    opened = []
+    open_session = runtimes.open_session
+    monkeypatch.setattr(runtimes, "open_session",
+                        lambda path, runtime, **kw: opened.append(runtime) or open_session(
+                            path, runtime, **kw))
+    expected = _expected(model_file, images)
+    got = _predicted(model_file, images, tmp_path / "p.jsonl", "--batch_size=3",
+                     "--verbosity=1")
+    np.testing.assert_allclose(got, expected, rtol=0,
+                               atol=TOLERANCE * expected.max() + ROUNDING)
+    # First run: both exports made, each opened and timed at the batch size, the rates kept.
+    assert sorted(opened) == ["onnxruntime", "openvino"]
+    [entry] = runtimes.cache_root(model_file).iterdir()
+    record = json.loads((entry / runtimes.RATES_NAME).read_text())
+    assert record["batch"] == 3
+    rates = record["images_per_second"]
+    assert sorted(rates) == ["onnxruntime", "openvino"] and min(rates.values()) > 0
+    faster = max(rates, key=rates.get)
+    assert f"--runtime=auto: {faster}, the fastest" in capsys.readouterr().err
+    # Later runs read the record and open only the faster: a record that says the other way
+    # round turns the choice, each way.
+    for winner, loser in (("onnxruntime", "openvino"), ("openvino", "onnxruntime")):
+        (entry / runtimes.RATES_NAME).write_text(json.dumps(
+            {"batch": 3, "images_per_second": {winner: 20.0, loser: 10.0}}))
+        opened.clear()
+        got = _predicted(model_file, images, tmp_path / "p.jsonl", "--batch_size=3")
+        assert opened == [winner]
+        np.testing.assert_allclose(got, expected, rtol=0,
+                                   atol=TOLERANCE * expected.max() + ROUNDING)
+    # A record for another batch size is measured again (and replaced).
+    opened.clear()
+    _predicted(model_file, images, tmp_path / "p.jsonl", "--batch_size=2")
+    assert sorted(opened) == ["onnxruntime", "openvino"]
+    assert json.loads((entry / runtimes.RATES_NAME).read_text())["batch"] == 2
+
+
+def test_the_rates_record_is_read_only_when_it_matches(tmp_path):
+    assert runtimes.recorded_rates(tmp_path, ["openvino"], 8) is None  # no file
+    runtimes.record_rates(tmp_path, {"openvino": 12.5, "onnxruntime": 30.0}, 8)
+    assert runtimes.recorded_rates(tmp_path, ["onnxruntime", "openvino"], 8) == {
+        "openvino": 12.5, "onnxruntime": 30.0}
+    assert runtimes.recorded_rates(tmp_path, ["onnxruntime", "openvino"], 4) is None
+    assert runtimes.recorded_rates(tmp_path, ["openvino"], 8) is None
+    assert runtimes.fastest({"openvino": 12.5, "onnxruntime": 30.0}) == "onnxruntime"
+    assert runtimes.fastest({"openvino": 30.0, "onnxruntime": 30.0}) == "openvino"  # a tie
+    (tmp_path / runtimes.RATES_NAME).write_text("{not json")
+    assert runtimes.recorded_rates(tmp_path, ["openvino"], 8) is None
 
 
 @pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,
