@@ -23,6 +23,14 @@ comparable across models. Every row has `ratio_to_timm` (to timm on the same run
 for TensorFlow rows, to PyTorch eager) and `mac_rate_ratio_to_timm`, and the issue-33 targets
 where they apply (`target`, `target_met`).
 
+int8 (on unless `--no-int8`): the headline variant (G16-LN+PN) quantized as
+`keras-efficientnet-export --int8` does (`quantize_openvino`: NNCF; `quantize_onnx`: ONNX
+Runtime's QDQ quantizer), calibrated on `--int8-calibration` random uint8 images (the ranges
+change the accuracy, tested in tests/deploy/test_int8.py and measured in docs/deploy.md, not
+the speed), timed in the same rounds as the float rows: rows with `precision` "int8" whose
+`ratio_to_timm` is to timm's float32 on the same runtime (issue 33's int8 target: at least
+1.0x on OpenVINO).
+
 `deploy_setting` rows measure the runtime settings `runtimes` chose, on G16-LN+PN and timm:
 OpenVINO's THROUGHPUT hint against LATENCY, ONNX Runtime with 1 thread against one per core.
 With `--profile` (on in a full run) a per-op profile of G16-LN+PN and timm's B0 at batch
@@ -68,9 +76,9 @@ TIMM_TIMEOUT = 1800.0
 # The smoke run: the headline variant only (settings and profiles included) and timm, tiny.
 SMOKE = ["--size=tiny", "--resolution=32", "--variants=G16-LN+PN", "--no-recipe", "--batch=2",
          "--batches=1", "--repeats=1", "--latency-calls=1", "--rounds=1", "--sgd-steps=1",
-         "--warmup=1", "--profile-calls=1"]
+         "--warmup=1", "--profile-calls=1", "--int8-calibration=2"]
 QUICK = ["--rounds=1", "--batches=2", "--repeats=2", "--latency-calls=8", "--no-settings",
-         "--no-profile"]
+         "--no-profile", "--int8-calibration=16"]
 
 
 # ------------------------------------------------------------------------------ models
@@ -313,6 +321,10 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--no-profile", action="store_true",
                         help="leave out the per-op profiles")
     parser.add_argument("--profile-calls", type=int, default=3)
+    parser.add_argument("--no-int8", action="store_true",
+                        help=f"leave out the int8 rows of {HEADLINE}")
+    parser.add_argument("--int8-calibration", type=int, default=64,
+                        help="random uint8 images the int8 quantizers calibrate on")
     parser.add_argument("--timm-python", default=sys.executable,
                         help="interpreter with torch and timm (default: this one)")
     parser.add_argument("--no-timm", action="store_true", help="leave timm out")
@@ -324,9 +336,10 @@ def main(argv=None) -> list[dict]:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown --variants {unknown}; choose from {list(VARIANTS)}")
-    if min(args.rounds, args.batches, args.repeats, args.latency_calls, args.batch) < 1:
-        parser.error("--rounds, --batches, --repeats, --latency-calls and --batch must be at "
-                     "least 1")
+    if min(args.rounds, args.batches, args.repeats, args.latency_calls, args.batch,
+           args.int8_calibration) < 1:
+        parser.error("--rounds, --batches, --repeats, --latency-calls, --batch and "
+                     "--int8-calibration must be at least 1")
     missing = [r for r in DEPLOY_RUNTIMES if not runtimes.installed(r)]
     if missing:
         raise SystemExit(f"bench_deploy: {', '.join(missing)} not installed: pip install -e "
@@ -373,6 +386,9 @@ def run(args, variants: list[str], threads: int, folder: Path,
                                    dtype=np.uint8)}
         print(f"exported {label}: {nodes} ONNX nodes, {macs / 1e9:.3f} GMAC, "
               f"{time.perf_counter() - started:.0f} s", flush=True)
+        if headline and not args.no_int8:
+            entries[f"{label} int8"] = int8_entry(entries[label], label, threads, rng,
+                                                  args.int8_calibration)
     timm_status = "left out (--no-timm)" if args.no_timm else None
     if timm_status is None:
         timm_onnx = folder / "timm.onnx"
@@ -425,7 +441,8 @@ def run(args, variants: list[str], threads: int, folder: Path,
     rows = build_rows(samples, entries, args, info, threads, timm_status)
     profiles = {}
     if not args.no_profile:
-        for label in [label for label in entries if label.startswith(HEADLINE)] + (
+        for label in [label for label, entry in entries.items()
+                      if label.startswith(HEADLINE) and "model" in entry] + (
                 [TIMM] if TIMM in entries else []):
             entry = entries[label]
             profiles[label] = {
@@ -439,6 +456,32 @@ def run(args, variants: list[str], threads: int, folder: Path,
     return rows, profiles
 
 
+def int8_entry(entry: dict, label: str, threads: int, rng, calibration: int) -> dict:
+    """The entry of `entry`'s model quantized to int8 for both runtimes (module docstring)."""
+    import onnx
+
+    from keras_efficientnet.deploy import quantize_onnx, quantize_openvino
+
+    started = time.perf_counter()
+    resolution = entry["resolution"]
+    images = rng.integers(0, 256, (calibration, resolution, resolution, 3), dtype=np.uint8)
+    path = entry["path"]
+    xml = quantize_openvino(path, path.with_name(f"{path.stem}.int8.xml"), images)
+    int8_onnx = quantize_onnx(path, path.with_name(f"{path.stem}.int8.onnx"), images)
+    print(f"quantized {label} to int8 (NNCF, ONNX Runtime QDQ; {calibration} calibration "
+          f"images): {time.perf_counter() - started:.0f} s", flush=True)
+    return {
+        "path": int8_onnx, "variant": label, "precision": "int8", "gmacs": entry["gmacs"],
+        "nodes": len(onnx.load(str(int8_onnx), load_external_data=False).graph.node),
+        "resolution": resolution, "images": entry["images"],
+        "export": f"{entry['export']}, int8: quantize_openvino (NNCF) / quantize_onnx (QDQ), "
+                  f"{calibration} random calibration images",
+        "sessions": {("openvino", "default"): runtimes.open_session(xml, "openvino",
+                                                                    threads=threads),
+                     ("onnxruntime", "default"): runtimes.open_session(
+                         int8_onnx, "onnxruntime", threads=threads)}}
+
+
 def _progress(label, runtime, setting, measured, batch) -> None:
     seconds, latency = measured
     suffix = "" if setting == "default" else f" [{setting}]"
@@ -446,11 +489,17 @@ def _progress(label, runtime, setting, measured, batch) -> None:
           f"batch 1: {latency * 1e3:7.1f} ms", flush=True)
 
 
-# Issue 33's targets, per variant label prefix and mode: the least ratio to timm's figure on the
-# same runtime (for latency: the most), where `mac` means timm's MACs over ours.
+# Issue 33's targets, per variant label prefix, mode and precision: the least ratio to timm's
+# float32 figure on the same runtime (for latency: the most), where `mac` means timm's MACs
+# over ours.
 def target_for(label: str, mode: str, runtime: str, gmacs: float,
-               timm_gmacs: float | None) -> tuple[str, float] | None:
+               timm_gmacs: float | None, precision: str = "float32") -> tuple[str, float] | None:
     if runtime not in DEPLOY_RUNTIMES or timm_gmacs is None:
+        return None
+    if precision == "int8":
+        if (label.startswith("G16-LN+PN B0") and mode == "deploy_throughput"
+                and runtime == "openvino"):
+            return "int8 images/s >= timm's float32", 1.0
         return None
     if label.startswith("G16-LN+PN B0"):
         if mode == "deploy_throughput":
@@ -488,6 +537,10 @@ def build_rows(samples: dict, entries: dict, args, info: dict, threads: int,
                 latency_calls=args.latency_calls, model_size=args.size)
             if mode == "deploy_latency":
                 extra["latency_ms"] = round(1e3 / ips, 3)
+            float_key = (entry.get("variant", label), backend, setting)
+            if entry.get("precision") == "int8" and float_key in samples:
+                extra["ratio_to_float32"] = round(
+                    ips / _best(samples[float_key], mode, batch), 4)
             if "gmacs_keras" in entry:
                 extra["gmacs_keras"] = round(entry["gmacs_keras"], 4)
             if "peer" in entry:
@@ -500,8 +553,10 @@ def build_rows(samples: dict, entries: dict, args, info: dict, threads: int,
                 extra["mac_rate_ratio_to_timm"] = round(
                     ips * entry["gmacs"] / (timm_ips * entries[TIMM]["gmacs"]), 4)
                 extra["timm_status"] = "measured"
-                target = target_for(label, mode, backend, entry["gmacs"],
-                                    entries[TIMM]["gmacs"]) if setting == "default" else None
+                target = target_for(entry.get("variant", label), mode, backend,
+                                    entry["gmacs"], entries[TIMM]["gmacs"],
+                                    entry.get("precision", "float32")
+                                    ) if setting == "default" else None
                 if target:
                     text, bound = target
                     if mode == "deploy_latency":  # a latency ratio: at most the bound
@@ -515,8 +570,9 @@ def build_rows(samples: dict, entries: dict, args, info: dict, threads: int,
             if ref_ips is None:  # without timm: the row is its own reference
                 reference, ref_ips = f"{label} on {LABELS[backend]}", ips
             rows.append(make_row(
-                mode, machine=info, backend=backend, variant=label,
-                resolution=entry["resolution"], batch=batch, precision="float32",
+                mode, machine=info, backend=backend, variant=entry.get("variant", label),
+                resolution=entry["resolution"], batch=batch,
+                precision=entry.get("precision", "float32"),
                 images_per_second=ips, reference=reference, reference_images_per_second=ref_ips,
                 **extra))
     return rows
@@ -532,6 +588,7 @@ def _print_rows(rows: list[dict]) -> None:
     for row in rows:
         timm = row.get("ratio_to_timm")
         setting = "" if row["setting"] == "default" else f" [{row['setting']}]"
+        setting += "" if row["precision"] == "float32" else f" {row['precision']}"
         target = ("" if "target_met" not in row else
                   f"{'met' if row['target_met'] else 'MISSED'} ({row['target']}, "
                   f"bound {row['target_bound']})")

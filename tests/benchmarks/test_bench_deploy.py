@@ -90,3 +90,33 @@ def test_rows_hold_ratios_to_timm_on_the_same_runtime_and_the_targets():
     # TensorFlow's rows against PyTorch eager; every row has its ratio to timm.
     assert rows[("deploy_throughput", "G16-LN+PN B0", "tensorflow")]["ratio_to_timm"] == 0.25
     assert all("ratio_to_timm" in row for row in rows.values())
+
+
+def test_int8_rows_are_against_timms_float32_and_their_own_float32():
+    import argparse
+
+    args = argparse.Namespace(batch=4, batches=2, repeats=2, latency_calls=3, size="b0")
+    entries = {"G16-LN+PN B0": {"nodes": 300, "gmacs": 0.8, "resolution": 224},
+               "G16-LN+PN B0 int8": {"nodes": 700, "gmacs": 0.8, "resolution": 224,
+                                     "variant": "G16-LN+PN B0", "precision": "int8"},
+               bench_deploy.TIMM: {"nodes": 298, "gmacs": 0.4, "resolution": 224}}
+    samples = {("G16-LN+PN B0", "openvino", "default"): [(0.4, 0.02)],
+               ("G16-LN+PN B0 int8", "openvino", "default"): [(0.16, 0.01)],
+               ("G16-LN+PN B0 int8", "onnxruntime", "default"): [(0.5, 0.04)],
+               (bench_deploy.TIMM, "openvino", "default"): [(0.2, 0.01)],
+               (bench_deploy.TIMM, "onnxruntime", "default"): [(0.25, 0.02)]}
+    rows = {(r["benchmark"], r["variant"], r["backend"], r["precision"]): r
+            for r in bench_deploy.build_rows(samples, entries, args, {"cpu": "test", "cores": 2}, 2,
+                                           None)}
+    int8 = rows[("deploy_throughput", "G16-LN+PN B0", "openvino", "int8")]
+    # 25 images/s against timm's float32 20 and our float32 10.
+    assert int8["images_per_second"] == 25.0 and int8["ratio_to_timm"] == 1.25
+    assert int8["ratio_to_float32"] == 2.5
+    assert int8["target"] == "int8 images/s >= timm's float32" and int8["target_met"] is True
+    assert int8["reference"] == f"{bench_deploy.TIMM} on OpenVINO"
+    # On ONNX Runtime: the ratio, no target; no float32 row there, so no ratio_to_float32.
+    other = rows[("deploy_throughput", "G16-LN+PN B0", "onnxruntime", "int8")]
+    assert other["ratio_to_timm"] == 0.5 and "target" not in other
+    assert "ratio_to_float32" not in other
+    assert bench_deploy.target_for("G16-LN+PN B0", "deploy_latency", "openvino", 0.8, 0.4,
+                                   "int8") is None
