@@ -358,6 +358,8 @@ def main(argv=None) -> list[dict]:
     for row in rows:
         row["machine"]["load_average_1m_before_after"] = load
     _print_rows(rows)
+    print("\nREADME.md's speed table (ratios: to timm's float32 on the same runtime; for "
+          "latency, ours over timm's):\n" + readme_table(rows))
     path, _ = write_results("deploy", rows, args.output_dir, args.mode)
     if profiles:
         out = path.with_name(args.mode.file_name("deploy_profile") + ".json")
@@ -596,6 +598,41 @@ def _print_rows(rows: list[dict]) -> None:
               f"{row['images_per_second']:8.2f} {row['spread']:7.1%} "
               f"{row['gmacs_per_second']:7.1f} " + (f"{timm:8.3f}" if timm else f"{'-':>8s}")
               + f" {target}")
+
+
+def readme_table(rows: list[dict]) -> str:
+    """The README's speed table (markdown) from deploy rows: per model and precision,
+    batch-N images/s and batch-1 latency on ONNX Runtime and OpenVINO, each with its ratio to
+    timm's float32 on the same runtime (the runtimes' default settings): images/s ours over
+    timm's, latency ours over timm's (the form of issue 33's targets)."""
+    cells: dict[tuple, dict] = {}
+    batch = None
+    timm_sizes = {row["resolution"] for row in rows if row["variant"] == TIMM}
+    # timm first: the reference every ratio is to.
+    for row in sorted(rows, key=lambda row: row["variant"] != TIMM):
+        if row.get("setting", "default") != "default" or row["backend"] not in DEPLOY_RUNTIMES:
+            continue
+        model = (row["variant"], row["precision"], row["resolution"])
+        ratio = row.get("ratio_to_timm")
+        if row["benchmark"] == "deploy_throughput":
+            batch = row["batch"]
+            text = f"{row['images_per_second']:.1f}"
+        else:
+            text = f"{row['latency_ms']:.3g} ms"
+            ratio = 1 / ratio if ratio else None  # latency: ours over timm's (issue 33's)
+        # Against timm at its resolution only (the recipe's tiny model runs at its own).
+        if ratio is not None and row["variant"] != TIMM and row["resolution"] in timm_sizes:
+            text += f" ({ratio:.2f}x)"
+        cells.setdefault(model, {})[(row["benchmark"], row["backend"])] = text
+    columns = [(mode, runtime) for mode in ("deploy_throughput", "deploy_latency")
+               for runtime in DEPLOY_RUNTIMES]
+    names = {"deploy_throughput": f"batch {batch}, images/s", "deploy_latency": "batch 1"}
+    lines = ["| model | " + " | ".join(f"{LABELS[r]}, {names[m]}" for m, r in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
+    for (variant, precision, resolution), by in cells.items():
+        name = f"{variant}{'' if precision == 'float32' else ' ' + precision}, {resolution} px"
+        lines.append(f"| {name} | " + " | ".join(by.get(c, "-") for c in columns) + " |")
+    return "\n".join(lines)
 
 
 def _print_profiles(profiles: dict) -> None:

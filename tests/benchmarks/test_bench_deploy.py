@@ -120,3 +120,29 @@ def test_int8_rows_are_against_timms_float32_and_their_own_float32():
     assert "ratio_to_float32" not in other
     assert bench_deploy.target_for("G16-LN+PN B0", "deploy_latency", "openvino", 0.8, 0.4,
                                    "int8") is None
+
+
+def test_the_readme_table_shows_timm_first_and_ratios_at_timms_resolution():
+    import argparse
+
+    args = argparse.Namespace(batch=4, batches=2, repeats=2, latency_calls=3, size="b0")
+    entries = {"G16-LN+PN B0": {"nodes": 300, "gmacs": 0.8, "resolution": 224},
+               "tiny": {"nodes": 100, "gmacs": 0.01, "resolution": 40},
+               bench_deploy.TIMM: {"nodes": 298, "gmacs": 0.4, "resolution": 224}}
+    samples = {}
+    for runtime in bench_deploy.DEPLOY_RUNTIMES:
+        samples[("G16-LN+PN B0", runtime, "default")] = [(0.4, 0.02)]
+        samples[("tiny", runtime, "default")] = [(0.004, 0.001)]
+        samples[(bench_deploy.TIMM, runtime, "default")] = [(0.2, 0.01)]
+    samples[("G16-LN+PN B0", "onnxruntime", "1 thread")] = [(0.1, 0.01)]  # not in the table
+    rows = bench_deploy.build_rows(samples, entries, args, {"cpu": "test", "cores": 2}, 2,
+                                   None)
+    lines = bench_deploy.readme_table(rows).splitlines()
+    assert lines[0] == ("| model | ONNX Runtime, batch 4, images/s | OpenVINO, batch 4, "
+                        "images/s | ONNX Runtime, batch 1 | OpenVINO, batch 1 |")
+    assert lines[2] == "| timm efficientnet_b0, 224 px | 20.0 | 20.0 | 10 ms | 10 ms |"
+    # 10 images/s against timm's 20: 0.5x; 20 ms against 10 ms: a latency 2x timm's.
+    assert lines[3] == ("| G16-LN+PN B0, 224 px | 10.0 (0.50x) | 10.0 (0.50x) | 20 ms (2.00x) "
+                        "| 20 ms (2.00x) |")
+    assert lines[4] == "| tiny, 40 px | 1000.0 | 1000.0 | 1 ms | 1 ms |"
+    assert len(lines) == 5
