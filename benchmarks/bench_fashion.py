@@ -14,16 +14,35 @@ Run with `make benchmark-fashion` (both experiments), `make benchmark-fashion-ti
 (b) `microbatch`: the micro-batch experiment of bench_microbatch on Fashion-MNIST, through its
     code: the tiny G16 model with BatchNorm, GroupNorm, LayerNorm and LN+PN at micro-batches 2
     and 32, accumulated to the same global batch (same images, updates and learning rate), the
-    final weights' test top-1 (BatchNorm with re-estimated statistics).
+    final weights' test top-1 (BatchNorm with re-estimated statistics). `--schedule` picks one:
+    - `long` (the default, rows in fashion_microbatch_long.jsonl): the native40 recipe
+      (flags/fashion-mnist-g16-lnpn-native.flags: 40 px, its crops, label smoothing and
+      RMSProp at 0.002 for 64 images) at global batch 64 for 3 epochs of the 55,000 `train`
+      images (2,577 updates, cosine to zero after a half-epoch warm-up), no weight averaging,
+      so that BatchNorm learns: that recipe's G1-BN run reached 0.785 / 0.865 / 0.883
+      validation top-1 after epochs 1-3 of a 4-epoch schedule (issue 32's probe; the 22-epoch
+      run's curve: 0.708 / 0.856 / 0.877), so 3 epochs put BatchNorm at micro-batch 32 above
+      0.85 with a margin. Cost per run (165,000 training images, measured over 200 updates on
+      the shared 2-core EPYC at load 4-7): about 6 min at micro-batch 32 and 18 min at
+      micro-batch 2 (BatchNorm), 3 hours for the 8 runs of one seed. Each run trains in
+      runs/bench-fashion-microbatch/<schedule digest>/<norm>-mb<m>-s<seed> with checkpoints
+      (each epoch and every 10 minutes; SIGTERM or Ctrl-C checkpoints the step), so a stopped
+      run resumes there, and its seconds are metrics.csv's training seconds, continued across
+      resumes (validation and checkpoints left out).
+    - `smoke`: the first pass, 1 epoch of 100 updates of 32 at 32 px with the regularization it
+      ran with (MICROBATCH_REGULARIZATION), rows in fashion_microbatch.jsonl. After 3,200
+      images no norm has trained yet (BatchNorm 0.11-0.34): a smoke pass, not a reading of the
+      claim, and labelled so in its report and chart.
 
 Every finished (recipe or norm, micro-batch, seed) run appends one JSON line to
-benchmarks/results/fashion_time.jsonl or fashion_microbatch.jsonl at once; a restarted run skips
-the runs whose rows (same schedule) are already there, so a stopped benchmark resumes where it
+benchmarks/results/fashion_time.jsonl or fashion_microbatch[_long].jsonl at once; a restarted run
+skips the runs whose rows (same schedule) are already there, so a stopped benchmark resumes where it
 stopped. The summary (mean and 95% Student-t interval over the seeds, paired differences between
 recipes) and the PNG chart with error bars are computed from the rows alone. `--smoke` trains a
 few updates of each kind of run and evaluates one test batch (rows to a temporary folder);
 `--quick` one seed (rows marked quick, in fashion_time_quick.jsonl or
-fashion_microbatch_quick.jsonl).
+fashion_microbatch[_long]_quick.jsonl), and for `microbatch` 1 epoch of 20 updates: the whole
+path, resume included, in minutes.
 """
 
 from __future__ import annotations
@@ -62,11 +81,22 @@ RECIPES = {
     "G16-LN+PN 64 -> 96 + head": "fashion-mnist-96-g16-lnpn-reduced.flags",
 }
 MICROBATCH_FLAGFILE = "fashion-mnist-g16-lnpn-native.flags"
-# The micro-batch experiment keeps the augmentation and regularization its committed rows ran
-# with (the flagfiles' earlier settings), so that a resumed run measures the same recipe after
-# the flagfiles dropped them for the full-length schedule.
+# The smoke schedule keeps the augmentation and regularization its committed rows ran with (the
+# flagfiles' earlier settings), so that a resumed run measures the same recipe after the
+# flagfiles dropped them for the full-length schedule; the long schedule takes the flagfile's.
 MICROBATCH_REGULARIZATION = dict(crop_area_min=0.25, label_smoothing=0.1, dropout_rate=0.1,
                                  drop_connect_rate=0.1, eval_resize_ratio=256.0 / 224.0)
+# The micro-batch schedules (module docstring): each option's default, and where the rows go.
+MICROBATCH_SCHEDULES = {
+    "long": dict(epochs=3, updates_per_epoch=0, global_batch=64, resolution=40,
+                 warmup_epochs=0.5, bn_batches=64, eval_steps=0),
+    "smoke": dict(epochs=1, updates_per_epoch=100, global_batch=32, resolution=32,
+                  warmup_epochs=0.2, bn_batches=64, eval_steps=0),
+}
+MICROBATCH_FILES = {"long": "fashion_microbatch_long", "smoke": "fashion_microbatch"}
+# A long run also checkpoints every this many minutes, besides each epoch's end: a stop loses
+# at most that much of an epoch (18 min at micro-batch 2 here).
+CHECKPOINT_MINUTES = 10.0
 # Published test top-1 on Fashion-MNIST (the dataset's benchmark table and papers).
 PUBLISHED = {"2-layer CNN": 0.92, "ResNet-18": 0.949, "DenseNet-BC 768K": 0.954,
              "WRN-40-4": 0.967}
@@ -77,10 +107,14 @@ CONFIDENCE = 0.95
 SMOKE = {
     "time": ["--recipes", "G16-LN+PN 64 -> 96 + head", "--seeds", "0",
              "--updates-per-epoch=2", "--warmup-epochs=0.5", "--bn-batches=2", "--eval-steps=1"],
-    "microbatch": ["--norms", "BN", "--micro-batches", "2", "--global-batch=4",
+    "microbatch": ["--norms", "BN", "--micro-batches", "2", "--global-batch=4", "--epochs=1",
                    "--updates-per-epoch=2", "--bn-batches=2", "--eval-steps=1", "--seeds", "0"],
 }
-QUICK = {"time": ["--seeds", "0"], "microbatch": ["--seeds", "0"]}
+# The quick micro-batch pass: every norm and micro-batch for 20 updates, scored on 1,280 test
+# images (the path and the resume, not the figures).
+QUICK = {"time": ["--seeds", "0"],
+         "microbatch": ["--seeds", "0", "--epochs=1", "--updates-per-epoch=20",
+                        "--eval-steps=20", "--bn-batches=8"]}
 
 
 # ---------------------------------------------------------------- interval arithmetic
@@ -329,9 +363,11 @@ def time_row(label: str, seed: int, config, result: dict, schedule: dict, path: 
 
 
 def result_path(args) -> Path:
-    """fashion_<experiment>.jsonl (its _quick twin for --quick) in the results folder."""
-    name = args.mode.file_name(f"fashion_{args.experiment}")
-    return results_dir(args.output_dir) / f"{name}.jsonl"
+    """fashion_time.jsonl, or the micro-batch schedule's file (MICROBATCH_FILES), in the results
+    folder (its _quick twin for --quick)."""
+    stem = (MICROBATCH_FILES[args.schedule] if args.experiment == "microbatch"
+            else f"fashion_{args.experiment}")
+    return results_dir(args.output_dir) / f"{args.mode.file_name(stem)}.jsonl"
 
 
 def run_time(args) -> Path:
@@ -363,48 +399,80 @@ def run_time(args) -> Path:
 
 
 def microbatch_schedule(args) -> dict:
-    return {"epochs": args.epochs, "updates_per_epoch": args.updates_per_epoch,
-            "global_batch": args.global_batch, "resolution": args.resolution,
-            "warmup_epochs": args.warmup_epochs, "bn_batches": args.bn_batches,
-            "eval_steps": args.eval_steps}
+    """The schedule's figures, part of each run's key. The long schedule also names itself and
+    holds a digest of the flagfile it takes its recipe from, so that rows of an edited recipe
+    are not taken for the current one (the smoke schedule's rows have neither)."""
+    schedule = {"epochs": args.epochs, "updates_per_epoch": args.updates_per_epoch,
+                "global_batch": args.global_batch, "resolution": args.resolution,
+                "warmup_epochs": args.warmup_epochs, "bn_batches": args.bn_batches,
+                "eval_steps": args.eval_steps}
+    if args.schedule != "smoke":
+        schedule.update(name=args.schedule, recipe=flagfile_digest(MICROBATCH_FLAGFILE))
+    return schedule
+
+
+def flagfile_digest(name: str) -> str:
+    """A digest of a flagfile's flag lines (its comments aside)."""
+    text = (FLAGS_DIR / name).read_text()
+    lines = [line for line in text.splitlines() if line.startswith("--")]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def microbatch_base(args):
-    """The shared recipe of every norm: the G16-LN+PN flagfile at one resolution, no fine-tune,
-    its per-example learning rate times the global batch (as bench_microbatch)."""
+    """The shared recipe of every norm: the G16-LN+PN flagfile at one resolution, no fine-tune
+    and no weight averaging (the final weights are scored), its per-example learning rate times
+    the global batch (as bench_microbatch), validation off (`test` is read once, at the end).
+    The smoke schedule keeps the regularization its rows ran with; the long one the flagfile's.
+    Long runs checkpoint every CHECKPOINT_MINUTES too, so that they resume close to a stop."""
     from benchmarks.bench_microbatch import base_config
 
     base = base_config(FLAGS_DIR / MICROBATCH_FLAGFILE)
     per_sample = base.peak_learning_rate() / base.global_batch_size
+    kept = (MICROBATCH_REGULARIZATION if args.schedule == "smoke"
+            else {"checkpoint_minutes": CHECKPOINT_MINUTES})
     return base.replace(epochs=args.epochs, warmup_epochs=args.warmup_epochs,
                         updates_per_epoch=args.updates_per_epoch, verbose=0,
                         train_resolution=args.resolution, test_resolution=args.resolution,
                         learning_rate=0.0, learning_rate_per_sample=per_sample,
-                        weight_average_decay=0.0, eval_steps=args.eval_steps,
-                        eval_split="test", **MICROBATCH_REGULARIZATION)
+                        weight_average_decay=0.0, eval_steps=args.eval_steps, eval_every=0,
+                        eval_split="test", **kept)
+
+
+def run_directory(runs: Path, schedule: dict, norm: str, micro: int, seed: int) -> Path:
+    """Where one run trains and checkpoints: a folder per schedule (its digest), so that a run
+    of another schedule never resumes this one's checkpoints."""
+    digest = hashlib.sha256(json.dumps(schedule, sort_keys=True).encode()).hexdigest()[:12]
+    return runs / digest / f"{norm.lower().replace('+', '')}-mb{micro}-s{seed}"
 
 
 def train_and_score(config, bn_batches: int, eval_batch: int) -> dict:
-    """Trains `config` (bench_microbatch's way) and returns the test top-1 of its final weights.
-    BatchNorm's statistics are re-estimated on `bn_batches` training micro-batches of the size it
-    trained at; evaluation then runs at `eval_batch` images a call (inference uses no batch
-    statistics, so this only saves time at micro-batch 2)."""
+    """Trains `config` (bench_microbatch's way, resuming from the checkpoints in its model_dir
+    where it has them) and returns the test top-1 of its final weights. BatchNorm's statistics
+    are re-estimated on `bn_batches` training micro-batches of the size it trained at;
+    evaluation then runs at `eval_batch` images a call (inference uses no batch statistics, so
+    this only saves time at micro-batch 2). `seconds`: metrics.csv's training seconds, which a
+    resumed run continues (validation and checkpoints left out)."""
     import keras
 
     from benchmarks.bench_microbatch import score, top1_fields
+    from keras_efficientnet.runs import record
     from keras_efficientnet.training import trainer
 
     train_examples, test_examples, num_classes = trainer.dataset_facts(config)
-    started = time.perf_counter()
     trained = trainer.train(config, num_classes, train_examples)
-    seconds = time.perf_counter() - started
+    curve = record.read_metrics(record.RunFiles(config.model_dir).metrics)
+    seconds = curve[-1]["train_seconds"]
+    # Images/s of the whole run from its seconds (the first step's tracing included), the same
+    # for a run trained in one go and for one resumed, even at its end (then no step runs now).
+    images = config.epochs * trained["updates_per_epoch"] * config.global_batch_size
     model = trained["model"]
     trainer.compile_model(model, "sgd", config, num_classes)
     evaluation = config.replace(micro_batch_size=eval_batch, gradient_accumulation=1)
     data = trainer.build_datasets(evaluation, config.test_resolution, training=False,
                                   split=config.eval_split, repeat=False, num_classes=num_classes)
     steps = config.eval_steps or -(-test_examples // eval_batch)
-    result = {"images_per_second": trained["images_per_second"], "seconds": seconds,
+    result = {"images_per_second": images / seconds,
+              "seconds": seconds, "updates_per_epoch": trained["updates_per_epoch"],
               **top1_fields(score(model, config, data, steps, num_classes, bn_batches)[0])}
     keras.backend.clear_session()
     return result
@@ -414,13 +482,17 @@ def run_microbatch(args) -> Path:
     import keras
 
     from benchmarks import bench_microbatch
+    from benchmarks.bench_fashion_protocol import LoadSampler
 
     path = result_path(args)
     schedule = microbatch_schedule(args)
     done = done_keys(path)
     base = microbatch_base(args)
     reference_micro = max(args.micro_batches)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-fashion-mb-"))
+    scratch = Path(tempfile.mkdtemp(prefix="bench-fashion-mb-")) if args.smoke else None
+    runs = Path(args.runs_dir) if args.runs_dir else (
+        scratch if scratch is not None else REPO / "runs" / (
+            "bench-fashion-microbatch-quick" if args.quick else "bench-fashion-microbatch"))
     try:
         for seed in args.seeds:
             for norm in args.norms:
@@ -431,24 +503,29 @@ def run_microbatch(args) -> Path:
                               f"{path.name}, skipped", flush=True)
                         continue
                     keras.backend.clear_session()
+                    run_dir = run_directory(runs, schedule, norm, micro, seed)
                     config = bench_microbatch.run_config(
-                        base, norm, micro, args.global_batch, seed,
-                        scratch / f"{norm}-{micro}-{seed}")
-                    result = train_and_score(config, args.bn_batches, args.global_batch)
+                        base, norm, micro, args.global_batch, seed, run_dir).replace(
+                        resume=True)
+                    with LoadSampler(args.load_every) as sampler:
+                        result = train_and_score(config, args.bn_batches, args.global_batch)
                     row = args.mode.mark(microbatch_row(norm, micro, seed, config, result,
                                                         args, schedule, path, key,
-                                                        reference_micro))
+                                                        reference_micro, sampler.summary()))
                     append_row(path, row)
                     done.add(key)
                     print(f"  seed {seed} {norm:6s} micro-batch {micro:3d}: test top-1 "
-                          f"{row['top1']:.4f}, {row['seconds']:.1f} s", flush=True)
+                          f"{row['top1']:.4f}, {row['seconds']:.1f} s training "
+                          f"({row['images_per_second']:.0f} img/s, load "
+                          f"{row['load_average_mean']})", flush=True)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     return path
 
 
 def microbatch_row(norm, micro, seed, config, result, args, schedule, path, key,
-                   reference_micro) -> dict:
+                   reference_micro, load: dict) -> dict:
     import keras
 
     from benchmarks.bench_microbatch import NORMS, REFERENCE_NORM
@@ -461,18 +538,19 @@ def microbatch_row(norm, micro, seed, config, result, args, schedule, path, key,
     if "top1_moving_averages" in result:
         extra = {"top1_moving_averages": round(result["top1_moving_averages"], 4),
                  "bn_statistics": f"re-estimated on {args.bn_batches} training micro-batches"}
+    updates = result["updates_per_epoch"]
     return make_row(
         "fashion_microbatch", machine=machine(), backend=keras.backend.backend(), variant=norm,
         resolution=args.resolution, batch=micro, precision=config.precision,
         images_per_second=result["images_per_second"], reference=reference,
         reference_images_per_second=reference_ips or result["images_per_second"],
-        run_key=key, schedule=schedule, seed=seed, note=args.note,
+        run_key=key, schedule=schedule, schedule_name=args.schedule, seed=seed, note=args.note,
         model=f"efficientnet-tiny-{NORMS[norm]}", dataset=config.dataset, micro_batch=micro,
         global_batch=args.global_batch, gradient_accumulation=args.global_batch // micro,
-        epochs=args.epochs, updates_per_epoch=config.updates_per_epoch,
-        train_images=args.epochs * config.updates_per_epoch * args.global_batch,
+        epochs=args.epochs, updates_per_epoch=updates,
+        train_images=args.epochs * updates * args.global_batch,
         learning_rate=config.peak_learning_rate(), seconds=round(result["seconds"], 2),
-        eval_split=config.eval_split, top1=round(result["top1"], 4), **extra)
+        eval_split=config.eval_split, top1=round(result["top1"], 4), **load, **extra)
 
 
 # ---------------------------------------------------------------- summary and charts
@@ -518,10 +596,20 @@ def report_time(path: Path, schedule: dict) -> dict:
     return summary
 
 
-def report_microbatch(path: Path, schedule: dict) -> dict:
+# What each schedule's report and chart say it is.
+SCHEDULE_LABELS = {
+    "long": "long schedule",
+    "smoke": "SMOKE PASS: 100 updates, before any norm has trained; not a reading of the claim",
+}
+
+
+def report_microbatch(path: Path, schedule: dict, name: str = "long") -> dict:
     rows = matching_rows(path, schedule)
     summary = summarize(rows, lambda r: (r["variant"], r["micro_batch"]))
-    print(f"\n{'norm':6s} {'micro-batch':>11s} {'test top-1 (95% t)':>26s} seeds")
+    print(f"\n{SCHEDULE_LABELS[name]}: {schedule['epochs']} epoch(s) x "
+          f"{schedule['updates_per_epoch'] or 'one pass of'} updates of "
+          f"{schedule['global_batch']} at {schedule['resolution']} px, {path.name}")
+    print(f"{'norm':6s} {'micro-batch':>11s} {'test top-1 (95% t)':>26s} seeds")
     for (norm, micro), s in sorted(summary.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         print(f"{norm:6s} {micro:11d} {format_interval(s['top1']):>26s} {s['seeds']}")
     micros = sorted({m for _, m in summary})
@@ -530,7 +618,7 @@ def report_microbatch(path: Path, schedule: dict) -> dict:
     pairs += [(("LN+PN", m), (other, m)) for m in micros for other in ("GN", "LN", "BN")]
     print_comparisons(summary, pairs)
     if rows:
-        draw_microbatch_chart(path, rows, summary)
+        draw_microbatch_chart(path, rows, summary, SCHEDULE_LABELS[name])
     return summary
 
 
@@ -573,8 +661,10 @@ def draw_time_chart(path: Path, rows: list[dict], summary: dict) -> Path | None:
     return charts._save(plt, fig, path, first["machine"])
 
 
-def draw_microbatch_chart(path: Path, rows: list[dict], summary: dict) -> Path | None:
-    """Test top-1 against the micro-batch, one line per norm, 95% intervals, seeds as dots."""
+def draw_microbatch_chart(path: Path, rows: list[dict], summary: dict,
+                          label: str = "") -> Path | None:
+    """Test top-1 against the micro-batch, one line per norm, 95% intervals, seeds as dots;
+    `label` (what the schedule is) heads the title."""
     try:
         from benchmarks import charts
 
@@ -600,8 +690,9 @@ def draw_microbatch_chart(path: Path, rows: list[dict], summary: dict) -> Path |
     first = rows[0]
     ax.set_xlabel(f"micro-batch (gradients accumulated to {first['global_batch']})")
     ax.set_ylabel("test top-1 (mean, 95% t interval)")
-    ax.set_title(f"Norms against micro-batch on Fashion-MNIST ({first['epochs']} epoch(s) x "
-                 f"{first['updates_per_epoch']} updates, {first['resolution']}px)\n"
+    ax.set_title(f"{label + chr(10) if label else ''}Norms against micro-batch on "
+                 f"Fashion-MNIST ({first['epochs']} epoch(s) x {first['updates_per_epoch']} "
+                 f"updates of {first['global_batch']}, {first['resolution']}px)\n"
                  f"{first.get('note', '')}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
@@ -628,22 +719,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help="G1-BN: training micro-batches its statistics are re-estimated on "
                             "(timed as training); 0 = its moving averages")
     mb = commands.add_parser("microbatch", help="(b) BN, GN, LN, LN+PN at micro-batch 2 and 32")
+    mb.add_argument("--schedule", choices=list(MICROBATCH_SCHEDULES), default="long",
+                    help="long: 3 passes at 40 px, where BatchNorm learns (the reading of the "
+                         "claim); smoke: the first 100-update pass. It sets the defaults below")
     mb.add_argument("--norms", nargs="+", default=list(NORMS), choices=list(NORMS))
     mb.add_argument("--micro-batches", nargs="+", type=int, default=[2, 32])
-    mb.add_argument("--global-batch", type=int, default=32)
-    mb.add_argument("--resolution", type=int, default=32)
-    # Two whole passes: long enough for BatchNorm at micro-batch 32 to learn (issue 32: after
-    # 100 updates no norm had trained yet, so those rows only showed that). The 100-update
-    # rows stay in the results file as the smoke pass (--epochs 1 --updates-per-epoch 100).
-    mb.add_argument("--epochs", type=int, default=2)
-    mb.add_argument("--updates-per-epoch", type=int, default=0,
+    mb.add_argument("--global-batch", type=int, default=None)
+    mb.add_argument("--resolution", type=int, default=None)
+    mb.add_argument("--epochs", type=int, default=None)
+    mb.add_argument("--updates-per-epoch", type=int, default=None,
                     help="updates of --global-batch; 0 = one pass over the training split")
-    mb.add_argument("--warmup-epochs", type=float, default=0.2)
-    mb.add_argument("--bn-batches", type=int, default=64,
+    mb.add_argument("--warmup-epochs", type=float, default=None)
+    mb.add_argument("--bn-batches", type=int, default=None,
                     help="training micro-batches BatchNorm's statistics are re-estimated on")
+    mb.add_argument("--runs-dir", default=None,
+                    help="run directories, resumed from (default runs/bench-fashion-microbatch"
+                         "[-quick]; --smoke: a temporary folder)")
+    mb.add_argument("--load-every", type=float, default=30.0,
+                    help="seconds between samples of the load average while a run trains")
     for sub in (timed, mb):
         sub.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-        sub.add_argument("--eval-steps", type=int, default=0,
+        sub.add_argument("--eval-steps", type=int, default=0 if sub is timed else None,
                          help="test batches (of 64, or of --global-batch); 0 = all 10,000 "
                               "test images")
         sub.add_argument("--note", default="",
@@ -654,6 +750,15 @@ def build_parser() -> argparse.ArgumentParser:
                          help="default $KE_BENCH_RESULTS or benchmarks/results")
         add_mode_arguments(sub)
     return parser
+
+
+def schedule_defaults(args) -> None:
+    """The micro-batch options left out take their --schedule's values."""
+    if args.experiment != "microbatch":
+        return
+    for name, value in MICROBATCH_SCHEDULES[args.schedule].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
 
 
 def check_args(parser, args) -> None:
@@ -677,6 +782,7 @@ def main(argv=None) -> dict:
     experiment = parser.parse_args(argv).experiment  # the first word: no options precede it
     args = parse_args(parser, argv[1:], command=argv[:1], smoke=SMOKE[experiment],
                       quick=QUICK[experiment])
+    schedule_defaults(args)
     check_args(parser, args)
     started = time.perf_counter()
     path = result_path(args)
@@ -687,7 +793,7 @@ def main(argv=None) -> dict:
     else:
         if not args.report_only:
             run_microbatch(args)
-        summary = report_microbatch(path, microbatch_schedule(args))
+        summary = report_microbatch(path, microbatch_schedule(args), args.schedule)
     print(f"{time.perf_counter() - started:.0f} s in all; rows in {path}", flush=True)
     return summary
 

@@ -149,15 +149,67 @@ def test_every_flag_left_out_of_the_digest_is_set_by_the_run(tmp_path):
         assert {name: getattr(config, name) for name in run} == run
 
 
-def test_microbatch_keeps_the_regularization_its_rows_ran_with():
-    args = bench_fashion.build_parser().parse_args(["microbatch"])
-    base = bench_fashion.microbatch_base(args)
+def microbatch_args(*argv: str):
+    args = bench_fashion.build_parser().parse_args(["microbatch", *argv])
+    bench_fashion.schedule_defaults(args)
+    return args
+
+
+def test_the_smoke_schedule_keeps_the_regularization_its_rows_ran_with():
+    base = bench_fashion.microbatch_base(microbatch_args("--schedule", "smoke"))
     # The rows in benchmarks/results/fashion_microbatch.jsonl ran with these settings, whatever
     # flags/fashion-mnist-g16-lnpn-native.flags says now.
     assert (base.crop_area_min, base.label_smoothing, base.dropout_rate,
             base.drop_connect_rate) == (0.25, 0.1, 0.1, 0.1)
     assert base.eval_resize_ratio == pytest.approx(256 / 224)
     assert (base.train_resolution, base.test_resolution) == (32, 32)
+    assert (base.epochs, base.updates_per_epoch) == (1, 100)
+
+
+def test_the_smoke_schedule_reports_the_committed_rows_as_a_smoke_pass(monkeypatch):
+    # The committed 100-update rows are found by the smoke schedule (same schedule dict) and
+    # their chart is titled a smoke pass; the means are the rows' own, computed here directly.
+    path = common.RESULTS_DIR / "fashion_microbatch.jsonl"
+    titles = []
+    monkeypatch.setattr(bench_fashion, "draw_microbatch_chart",
+                        lambda path, rows, summary, label: titles.append(label))
+    summary = bench_fashion.report_microbatch(
+        path, bench_fashion.microbatch_schedule(microbatch_args("--schedule", "smoke")), "smoke")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(summary) == 8 and sum(len(s["seeds"]) for s in summary.values()) == len(rows)
+    for (norm, micro), s in summary.items():
+        own = [r["top1"] for r in rows if (r["variant"], r["micro_batch"]) == (norm, micro)]
+        assert s["top1"]["mean"] == pytest.approx(sum(own) / len(own))
+    assert titles and titles[0].startswith("SMOKE PASS")
+
+
+def test_the_long_schedule_is_the_native_recipe_at_one_global_batch():
+    # Both micro-batches: the flagfile's 40 px recipe (its crops, no dropout), the same 859
+    # updates of 64 per epoch (55,000 // 64) and the flagfile's peak rate 0.002 for 64 images.
+    from benchmarks import bench_microbatch
+
+    args = microbatch_args()
+    base = bench_fashion.microbatch_base(args)
+    assert (base.train_resolution, base.test_resolution, base.epochs) == (40, 40, 3)
+    assert (base.crop_area_min, base.dropout_rate, base.eval_resize_ratio) == (0.85, 0.0, 1.0)
+    assert (base.weight_average_decay, base.eval_every, base.eval_split) == (0.0, 0, "test")
+    for micro, accumulation in ((2, 32), (32, 2)):
+        config = bench_microbatch.run_config(base, "BN", micro, args.global_batch, 0, "run")
+        assert (config.micro_batch_size, config.gradient_accumulation) == (micro, accumulation)
+        assert config.plan.updates_per_epoch(55_000, config.updates_per_epoch) == 859
+        assert config.peak_learning_rate() == pytest.approx(0.002)
+    assert bench_fashion.microbatch_schedule(args)["name"] == "long"
+
+
+def test_each_long_run_has_its_own_folder_per_schedule(tmp_path):
+    args = microbatch_args()
+    schedule = bench_fashion.microbatch_schedule(args)
+    folders = {bench_fashion.run_directory(tmp_path, schedule, norm, micro, seed)
+               for norm in ("BN", "LN+PN") for micro in (2, 32) for seed in (0, 1)}
+    assert len(folders) == 8 and len({f.parent for f in folders}) == 1
+    other = bench_fashion.microbatch_schedule(microbatch_args("--epochs", "4"))
+    assert (bench_fashion.run_directory(tmp_path, other, "BN", 2, 0).parent
+            != bench_fashion.run_directory(tmp_path, schedule, "BN", 2, 0).parent)
 
 
 def test_time_row_format(tmp_path, monkeypatch):
@@ -200,8 +252,9 @@ def test_microbatch_rows_resume_and_compare_norms(tmp_path, monkeypatch):
 
     def stand_in(config, bn_batches, eval_batch):
         calls.append((config.model, config.micro_batch_size, config.gradient_accumulation,
-                      config.seed, eval_batch))
+                      config.seed, eval_batch, config.resume, config.model_dir))
         result = {"images_per_second": 50.0 * config.micro_batch_size, "seconds": 5.0,
+                  "updates_per_epoch": 7,
                   "top1": 0.8 if config.micro_batch_size > 2 or "bn" not in config.model
                   else 0.6}
         if config.model.endswith("-bn"):
@@ -210,25 +263,34 @@ def test_microbatch_rows_resume_and_compare_norms(tmp_path, monkeypatch):
 
     monkeypatch.setattr(bench_fashion, "train_and_score", stand_in)
     args = ["microbatch", "--norms", "BN", "LN+PN", "--global-batch", "32",
-            "--updates-per-epoch", "2", "--output-dir", str(tmp_path)]
+            "--updates-per-epoch", "0", "--epochs", "2", "--output-dir", str(tmp_path),
+            "--runs-dir", str(tmp_path / "runs")]
     summary = bench_fashion.main(args + ["--seeds", "0", "1"])
     assert sorted({c[:3] for c in calls}) == [
         ("efficientnet-tiny-g16-bn", 2, 16), ("efficientnet-tiny-g16-bn", 32, 1),
         ("efficientnet-tiny-g16-lnpn", 2, 16), ("efficientnet-tiny-g16-lnpn", 32, 1)]
     assert {c[4] for c in calls} == {32}  # evaluated at the global batch
+    assert {c[5] for c in calls} == {True}  # each run resumes from its own folder
+    assert len({c[6] for c in calls}) == 8
+    assert all(c[6].startswith(str(tmp_path / "runs")) for c in calls)
     assert len(calls) == 8
     bench_fashion.main(args + ["--seeds", "0", "1"])
     assert len(calls) == 8  # everything was there
-    rows = charts.read_rows(tmp_path / "fashion_microbatch.jsonl")
+    assert not (tmp_path / "fashion_microbatch.jsonl").exists()
+    rows = charts.read_rows(tmp_path / "fashion_microbatch_long.jsonl")
     assert len(rows) == 8
     for row in rows:
         common.validate_row(row)
         assert row["reference"] == "BN micro-batch 32"
         assert row["learning_rate"] == pytest.approx(rows[0]["learning_rate"])
         assert ("top1_moving_averages" in row) == (row["variant"] == "BN")
+        assert row["schedule"]["name"] == row["schedule_name"] == "long"
+        # updates per epoch: the trainer's count of one pass, not the option's 0
+        assert (row["updates_per_epoch"], row["train_images"]) == (7, 2 * 7 * 32)
+        assert row["load_average_mean"] > 0
     assert summary[("BN", 2)]["top1"]["mean"] == pytest.approx(0.6)
     assert summary[("LN+PN", 2)]["top1"]["half_width"] == pytest.approx(0.0)
-    assert (tmp_path / "fashion_microbatch.png").read_bytes()[:8] == PNG_MAGIC
+    assert (tmp_path / "fashion_microbatch_long.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def test_bad_arguments_are_one_line_errors(capsys):
@@ -258,11 +320,28 @@ def test_both_experiments_train_on_the_real_files(tmp_path):
                                             "G16-LN+PN 64 -> 96 + head"]
     assert rows[0]["bn_seconds"] > 0 and 0 <= rows[0]["top1_moving_averages"] <= 1
     assert rows[1]["finetune_seconds"] > 0 and rows[1]["resolution"] == 64
-    bench_fashion.main(["microbatch", "--norms", "BN", "LN+PN", "--micro-batches", "2", "4",
-                        "--global-batch", "4", "--updates-per-epoch", "2", "--eval-steps", "1",
-                        "--bn-batches", "2", "--seeds", "0", "--output-dir", str(tmp_path)])
-    rows = charts.read_rows(tmp_path / "fashion_microbatch.jsonl")
+    microbatch = ["microbatch", "--norms", "BN", "LN+PN", "--micro-batches", "2", "4",
+                  "--global-batch", "4", "--epochs", "2", "--updates-per-epoch", "2",
+                  "--eval-steps", "1", "--bn-batches", "2", "--seeds", "0",
+                  "--output-dir", str(tmp_path), "--runs-dir", str(tmp_path / "runs")]
+    bench_fashion.main(microbatch)
+    rows = charts.read_rows(tmp_path / "fashion_microbatch_long.jsonl")
     assert sorted((r["variant"], r["micro_batch"]) for r in rows) == [
         ("BN", 2), ("BN", 4), ("LN+PN", 2), ("LN+PN", 4)]
-    for name in ("fashion_time", "fashion_microbatch"):
+    # The seconds are metrics.csv's, which a resumed run continues.
+    for row in rows:
+        run = bench_fashion.run_directory(tmp_path / "runs", row["schedule"], row["variant"],
+                                          row["micro_batch"], 0)
+        last = (run / "metrics.csv").read_text().splitlines()[-1]
+        assert last.startswith("2,") and row["seconds"] > 0
+    # A resumed run: the row removed, its run directory kept: the trainer resumes at its end
+    # (no update), and the score comes again from the same final weights.
+    kept = [r for r in rows if (r["variant"], r["micro_batch"]) != ("LN+PN", 2)]
+    (tmp_path / "fashion_microbatch_long.jsonl").write_text(
+        "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+    bench_fashion.main(microbatch)
+    again = charts.read_rows(tmp_path / "fashion_microbatch_long.jsonl")
+    before = next(r for r in rows if (r["variant"], r["micro_batch"]) == ("LN+PN", 2))
+    assert again[-1]["top1"] == before["top1"] and again[-1]["seconds"] == before["seconds"]
+    for name in ("fashion_time", "fashion_microbatch_long"):
         assert (tmp_path / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
