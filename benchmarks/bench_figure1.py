@@ -13,8 +13,16 @@ most accuracy per hour?
 
 Rows go to benchmarks/results/figure1_<backend>.jsonl (one per recipe; the reference of each
 variant's rows is its G1-GN native recipe, measured in the same run), each with its steps'
-spread over `--rounds` interleaved rounds. `--smoke` measures the tiny test model at tiny sizes
-in seconds, rows to a temporary folder (the test suite's check); `--quick` fewer steps, marked.
+spread over `--rounds` rounds, interleaved among the variant's recipes. The file is rewritten
+(atomically) after each variant, and a variant whose every recipe already has its row there is
+not measured again, so a stopped run resumes at the variant it was measuring: `--variants b1 b2
+b3` adds to the B0 rows. `--smoke` measures the tiny test model at tiny sizes in seconds, rows
+to a temporary folder (the test suite's check); `--quick` fewer steps, marked, in
+figure1_<backend>_quick.jsonl.
+
+Cost, from B0's rows (one round of 2 timed steps after 1 warm-up, about 30 minutes for its five
+recipes on the loaded 2-core EPYC): a variant takes about B0's time times its FLOPs over B0's
+(EfficientNet B1 1.8x, B2 2.6x, B3 4.6x), so B1-B3 at the same settings about 4.5 hours there.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 
+from benchmarks.charts import read_rows
 from benchmarks.common import (
     check_finite,
     machine,
@@ -176,6 +185,7 @@ def figure1_rows(samples: dict, args, info: dict) -> list[dict]:
             finetune_images_per_second=(round(best["finetune_ips"], 3)
                                         if best["finetune_ips"] else None),
             hours_here=round(hours(best), 1),
+            warmup=args.warmup, steps=args.steps, rounds=len(rounds),
             paper_top1=PAPER_TOP1[(f"efficientnet-{variant}-{family}", series)],
             top1_source="read off the paper's Figure 1 (ImageNet validation); not measured "
                         "here"))
@@ -228,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def measured_variants(rows: list[dict], series) -> set[str]:
+    """The variants (b0...) whose every recipe of `series` has its row in `rows`."""
+    have = {(r["size"], r["family"], r["series"]) for r in rows}
+    return {r["size"] for r in rows
+            if all((r["size"], *recipe) in have for recipe in series)}
+
+
 def main(argv=None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if args.quick or args.smoke:
@@ -235,25 +252,34 @@ def main(argv=None) -> list[dict]:
         if args.variants == list(VARIANTS):
             args.variants = ["b0"]
     scratch = Path(tempfile.mkdtemp(prefix="bench-figure1-")) if args.smoke else None
+    series = SMOKE_SERIES if args.smoke else tuple(SERIES)
     try:
-        samples: dict = {}
-        for round_index in range(args.rounds):
-            for variant in args.variants:
-                for family, series in (SMOKE_SERIES if args.smoke else SERIES):
-                    measured = measure(variant, family, series, args)
-                    samples.setdefault((variant, family, series), []).append(measured)
-                    print(f"  round {round_index + 1} {variant} {SERIES[(family, series)]}: "
-                          f"{measured['train_ips']:.1f} img/s training at "
-                          f"{measured['train_resolution']} px", flush=True)
-        rows = figure1_rows(samples, args, machine())
         name = f"figure1_{keras.backend.backend()}" + ("_quick" if args.quick else "")
         # A smoke run's rows go to --output-dir where given (never benchmarks/results), for the
         # benchmark smoke test to read; else to its scratch folder.
         output = ((smoke_dir(args.output_dir) if args.output_dir else scratch) if args.smoke
                   else results_dir(args.output_dir))
-        path = write_rows(name, rows, output)
-        print(f"wrote {path} and {chart(path, rows)}")
-
+        path = output / f"{name}.jsonl"
+        rows = read_rows(path) if path.exists() else []
+        done = measured_variants(rows, series)
+        info = machine()
+        for variant in args.variants:
+            if variant in done:
+                print(f"  {variant}: every recipe already in {path.name}, skipped", flush=True)
+                continue
+            samples: dict = {}
+            for round_index in range(args.rounds):
+                for family, kind in series:
+                    measured = measure(variant, family, kind, args)
+                    samples.setdefault((variant, family, kind), []).append(measured)
+                    print(f"  round {round_index + 1} {variant} {SERIES[(family, kind)]}: "
+                          f"{measured['train_ips']:.1f} img/s training at "
+                          f"{measured['train_resolution']} px", flush=True)
+            # The variant's rows replace any partial set of its rows (all measured together).
+            rows = [r for r in rows if r["size"] != variant] + figure1_rows(samples, args, info)
+            write_rows(name, rows, output)
+        if rows:
+            print(f"wrote {path} and {chart(path, rows)}")
         for row in rows:
             print(f"{row['variant']:24s} {row['images_per_second']:8.1f} img/s "
                   f"{row['hours_here']:10.1f} h here  paper top-1 {row['paper_top1']}")
