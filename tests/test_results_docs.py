@@ -1,0 +1,91 @@
+"""The native40 tables of README.md and docs/results.md against the rows they are read from,
+benchmarks/results/fashion_protocol.jsonl: a row that lands, or a figure edited by hand, without
+the other fails here. Mean over the seeds, 95% Student-t half-width from SciPy where a cell has
+one, rounded as the tables print them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+REPO = Path(__file__).resolve().parents[1]
+ROWS = REPO / "benchmarks" / "results" / "fashion_protocol.jsonl"
+# A table row's first word -> the native40 recipe it reports.
+RECIPES = {"G1-BN": "g1-bn-native", "G1-GN": "g1-gn-native", "G16-GN": "g16-gn-native",
+           "G16-LN+PN": "g16-lnpn-native"}
+# Column header -> (the row's field, digits printed).
+COLUMNS = {"test top-1": ("top1", 4), "with flip": ("flip_top1", 4),
+           "final validation top-1": ("val_top1", 4), "training s (loaded)": ("train_seconds", 0),
+           "images/s (loaded)": ("images_per_second", 0)}
+NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+def native40_rows() -> dict[str, list[dict]]:
+    by_recipe: dict[str, list[dict]] = {}
+    for line in ROWS.read_text().splitlines():
+        row = json.loads(line)
+        if (row["experiment"] == "native40" and not row.get("quick")
+                and not row.get("smoke")):
+            by_recipe.setdefault(row["recipe"], []).append(row)
+    return by_recipe
+
+
+def native40_table(path: Path) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the first table whose header starts with '| native 40 px'."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| native 40 px"))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    body = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        body.append([cell.strip() for cell in line.strip("|").split("|")])
+    return header, body
+
+
+def expected(values: list[float], digits: int) -> tuple[float, float | None]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return round(mean, digits), None
+    sem = stats.sem(values)
+    return round(mean, digits), round(stats.t.ppf(0.975, len(values) - 1) * sem, digits)
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/results.md"])
+def test_the_native40_table_holds_the_rows_figures(document):
+    header, body = native40_table(REPO / document)
+    rows = native40_rows()
+    assert {cells[0].split()[0] for cells in body} == set(RECIPES)
+    assert "seeds" in header and "test top-1" in header
+    for cells in body:
+        own = rows[RECIPES[cells[0].split()[0]]]
+        assert int(cells[header.index("seeds")]) == len(own), cells[0]
+        for column, cell in zip(header, cells):
+            if column not in COLUMNS:
+                continue
+            field, digits = COLUMNS[column]
+            mean, half_width = expected([float(r[field]) for r in own], digits)
+            numbers = [float(n) for n in re.findall(NUMBER, cell)]
+            assert numbers[0] == pytest.approx(mean, abs=0.5 * 10 ** -digits), (cells[0], column)
+            if half_width is None:
+                assert len(numbers) == 1, (cells[0], column, "one seed has no interval")
+            else:
+                assert numbers[1] == pytest.approx(half_width, abs=0.5 * 10 ** -digits)
+
+
+def test_the_claim_b_reading_is_the_reference_curve():
+    # G1-BN's final validation top-1 (the mean over its seeds, as bench_fashion_protocol's
+    # report takes it) and the training seconds its curves first reach it, as docs/results.md
+    # and README.md state them.
+    reference = native40_rows()["g1-bn-native"]
+    target = sum(r["curve"][-1]["val_top1"] for r in reference) / len(reference)
+    reach = [next(p["train_seconds"] for p in r["curve"] if p["val_top1"] >= target)
+             for r in reference if any(p["val_top1"] >= target for p in r["curve"])]
+    for document in ("README.md", "docs/results.md"):
+        text = " ".join((REPO / document).read_text().split())
+        assert f"{target:.4f}" in text, document
+        assert f"after {sum(reach) / len(reach):.0f} training seconds" in text, document
