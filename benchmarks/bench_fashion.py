@@ -22,13 +22,15 @@ Run with `make benchmark-fashion` (both experiments), `make benchmark-fashion-ti
       so that BatchNorm learns: that recipe's G1-BN run reached 0.785 / 0.865 / 0.883
       validation top-1 after epochs 1-3 of a 4-epoch schedule (issue 32's probe; the 22-epoch
       run's curve: 0.708 / 0.856 / 0.877), so 3 epochs put BatchNorm at micro-batch 32 above
-      0.85 with a margin. Cost per run (165,000 training images, measured over 200 updates on
-      the shared 2-core EPYC at load 4-7): about 6 min at micro-batch 32 and 18 min at
-      micro-batch 2 (BatchNorm), 3 hours for the 8 runs of one seed. Each run trains in
+      0.85 with a margin. Cost per run, from BatchNorm and LN+PN runs of 60 and 300 updates on
+      the 2-core AMD EPYC at load ~12 (the process's CPU seconds, their difference per update):
+      micro-batch 32, 0.21 CPU s an update, about 10 CPU minutes a run; micro-batch 2, 0.42
+      (BN) to 0.65 (LN+PN) CPU s an update, 19-28 CPU minutes a run; about 2.2 CPU hours for
+      the 8 runs of a seed (the wall clock at that load: about 3x). Each run trains in
       runs/bench-fashion-microbatch/<schedule digest>/<norm>-mb<m>-s<seed> with checkpoints
       (each epoch and every 10 minutes; SIGTERM or Ctrl-C checkpoints the step), so a stopped
-      run resumes there, and its seconds are metrics.csv's training seconds, continued across
-      resumes (validation and checkpoints left out).
+      run resumes there; its seconds are the trainer's wall seconds summed over the processes
+      that trained it (evaluation left out), its row says `resumed`.
     - `smoke`: the first pass, 1 epoch of 100 updates of 32 at 32 px with the regularization it
       ran with (MICROBATCH_REGULARIZATION), rows in fashion_microbatch.jsonl. After 3,200
       images no norm has trained yet (BatchNorm 0.11-0.34): a smoke pass, not a reading of the
@@ -445,25 +447,46 @@ def run_directory(runs: Path, schedule: dict, norm: str, micro: int, seed: int) 
     return runs / digest / f"{norm.lower().replace('+', '')}-mb{micro}-s{seed}"
 
 
+# In each run directory: the seconds spent in the trainer so far, summed over the processes
+# that trained the run (a stop mid-epoch leaves no metrics.csv row for its part of the epoch).
+SECONDS_FILE = "bench_train_seconds.json"
+
+
+def add_train_seconds(run_dir: Path, seconds: float) -> float:
+    """Adds `seconds` to the run's SECONDS_FILE (written atomically) and returns the total."""
+    from keras_efficientnet.atomic import write_atomically
+
+    path = run_dir / SECONDS_FILE
+    total = (json.loads(path.read_text())["train_seconds"] if path.exists() else 0.0) + seconds
+    write_atomically(path, json.dumps({"train_seconds": round(total, 3)}) + "\n")
+    return total
+
+
 def train_and_score(config, bn_batches: int, eval_batch: int) -> dict:
     """Trains `config` (bench_microbatch's way, resuming from the checkpoints in its model_dir
     where it has them) and returns the test top-1 of its final weights. BatchNorm's statistics
     are re-estimated on `bn_batches` training micro-batches of the size it trained at;
     evaluation then runs at `eval_batch` images a call (inference uses no batch statistics, so
-    this only saves time at micro-batch 2). `seconds`: metrics.csv's training seconds, which a
-    resumed run continues (validation and checkpoints left out)."""
+    this only saves time at micro-batch 2). `seconds`: the wall seconds inside the trainer,
+    summed over every process that trained the run (a stopped one's included: each resume
+    rebuilds and retraces the model, which is part of what the stop cost); evaluation is left
+    out. Images/s come from them, so a resumed run's rate is the whole run's."""
     import keras
 
     from benchmarks.bench_microbatch import score, top1_fields
-    from keras_efficientnet.runs import record
     from keras_efficientnet.training import trainer
 
+    run_dir = Path(config.model_dir)
+    resumed = (run_dir / SECONDS_FILE).exists()
+    if resumed:
+        print(f"  resuming {run_dir} from its last checkpoint", flush=True)
     train_examples, test_examples, num_classes = trainer.dataset_facts(config)
-    trained = trainer.train(config, num_classes, train_examples)
-    curve = record.read_metrics(record.RunFiles(config.model_dir).metrics)
-    seconds = curve[-1]["train_seconds"]
-    # Images/s of the whole run from its seconds (the first step's tracing included), the same
-    # for a run trained in one go and for one resumed, even at its end (then no step runs now).
+    started = time.perf_counter()
+    try:
+        trained = trainer.train(config, num_classes, train_examples)
+    finally:  # a stop (SIGTERM, Ctrl-C) keeps the seconds it trained for
+        run_dir.mkdir(parents=True, exist_ok=True)
+        seconds = add_train_seconds(run_dir, time.perf_counter() - started)
     images = config.epochs * trained["updates_per_epoch"] * config.global_batch_size
     model = trained["model"]
     trainer.compile_model(model, "sgd", config, num_classes)
@@ -471,8 +494,8 @@ def train_and_score(config, bn_batches: int, eval_batch: int) -> dict:
     data = trainer.build_datasets(evaluation, config.test_resolution, training=False,
                                   split=config.eval_split, repeat=False, num_classes=num_classes)
     steps = config.eval_steps or -(-test_examples // eval_batch)
-    result = {"images_per_second": images / seconds,
-              "seconds": seconds, "updates_per_epoch": trained["updates_per_epoch"],
+    result = {"images_per_second": images / seconds, "seconds": seconds, "resumed": resumed,
+              "updates_per_epoch": trained["updates_per_epoch"],
               **top1_fields(score(model, config, data, steps, num_classes, bn_batches)[0])}
     keras.backend.clear_session()
     return result
@@ -483,6 +506,7 @@ def run_microbatch(args) -> Path:
 
     from benchmarks import bench_microbatch
     from benchmarks.bench_fashion_protocol import LoadSampler
+    from keras_efficientnet.training.preemption import Preempted
 
     path = result_path(args)
     schedule = microbatch_schedule(args)
@@ -508,7 +532,13 @@ def run_microbatch(args) -> Path:
                         base, norm, micro, args.global_batch, seed, run_dir).replace(
                         resume=True)
                     with LoadSampler(args.load_every) as sampler:
-                        result = train_and_score(config, args.bn_batches, args.global_batch)
+                        try:
+                            result = train_and_score(config, args.bn_batches,
+                                                     args.global_batch)
+                        except Preempted as stop:  # SIGTERM or Ctrl-C: checkpointed
+                            print(f"seed {seed} {norm} micro-batch {micro}: {stop}",
+                                  file=sys.stderr, flush=True)
+                            raise SystemExit(stop.exit_code) from None
                     row = args.mode.mark(microbatch_row(norm, micro, seed, config, result,
                                                         args, schedule, path, key,
                                                         reference_micro, sampler.summary()))
@@ -550,7 +580,8 @@ def microbatch_row(norm, micro, seed, config, result, args, schedule, path, key,
         epochs=args.epochs, updates_per_epoch=updates,
         train_images=args.epochs * updates * args.global_batch,
         learning_rate=config.peak_learning_rate(), seconds=round(result["seconds"], 2),
-        eval_split=config.eval_split, top1=round(result["top1"], 4), **load, **extra)
+        resumed=bool(result.get("resumed")), eval_split=config.eval_split,
+        top1=round(result["top1"], 4), **load, **extra)
 
 
 # ---------------------------------------------------------------- summary and charts

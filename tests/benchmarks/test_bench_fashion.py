@@ -293,6 +293,29 @@ def test_microbatch_rows_resume_and_compare_norms(tmp_path, monkeypatch):
     assert (tmp_path / "fashion_microbatch_long.png").read_bytes()[:8] == PNG_MAGIC
 
 
+def test_a_stopped_run_is_one_line_and_keeps_the_finished_rows(tmp_path, monkeypatch,
+                                                                capsys):
+    import signal
+
+    from keras_efficientnet.training.preemption import Preempted
+
+    def stand_in(config, bn_batches, eval_batch):
+        if config.micro_batch_size == 2:  # SIGTERM while the second run trains
+            raise Preempted(signal.SIGTERM, tmp_path / "checkpoint", 7)
+        return {"images_per_second": 10.0, "seconds": 5.0, "updates_per_epoch": 3, "top1": 0.5}
+
+    monkeypatch.setattr(bench_fashion, "train_and_score", stand_in)
+    with pytest.raises(SystemExit) as stopped:
+        bench_fashion.main(["microbatch", "--norms", "LN", "--seeds", "0", "--output-dir",
+                            str(tmp_path), "--runs-dir", str(tmp_path / "runs")])
+    assert stopped.value.code == 128 + signal.SIGTERM
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("seed 0 LN micro-batch 2: stopped by SIGTERM after step 7")
+    assert "resume" in err and len(err.splitlines()) == 1
+    rows = charts.read_rows(tmp_path / "fashion_microbatch_long.jsonl")
+    assert [(r["variant"], r["micro_batch"]) for r in rows] == [("LN", 32)]
+
+
 def test_bad_arguments_are_one_line_errors(capsys):
     with pytest.raises(SystemExit):
         bench_fashion.main(["microbatch", "--micro-batches", "3", "--global-batch", "32"])
@@ -328,20 +351,30 @@ def test_both_experiments_train_on_the_real_files(tmp_path):
     rows = charts.read_rows(tmp_path / "fashion_microbatch_long.jsonl")
     assert sorted((r["variant"], r["micro_batch"]) for r in rows) == [
         ("BN", 2), ("BN", 4), ("LN+PN", 2), ("LN+PN", 4)]
-    # The seconds are metrics.csv's, which a resumed run continues.
+    # Each run trained its 2 epochs in its own folder, which keeps its seconds for a resume.
     for row in rows:
         run = bench_fashion.run_directory(tmp_path / "runs", row["schedule"], row["variant"],
                                           row["micro_batch"], 0)
-        last = (run / "metrics.csv").read_text().splitlines()[-1]
-        assert last.startswith("2,") and row["seconds"] > 0
+        assert (run / "metrics.csv").read_text().splitlines()[-1].startswith("2,")
+        kept = json.loads((run / bench_fashion.SECONDS_FILE).read_text())["train_seconds"]
+        assert row["seconds"] == pytest.approx(kept, abs=0.01) and not row["resumed"]
     # A resumed run: the row removed, its run directory kept: the trainer resumes at its end
-    # (no update), and the score comes again from the same final weights.
+    # (no update), the score comes again from the same final weights, and the seconds go on
+    # from the first process's.
     kept = [r for r in rows if (r["variant"], r["micro_batch"]) != ("LN+PN", 2)]
     (tmp_path / "fashion_microbatch_long.jsonl").write_text(
         "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
     bench_fashion.main(microbatch)
     again = charts.read_rows(tmp_path / "fashion_microbatch_long.jsonl")
     before = next(r for r in rows if (r["variant"], r["micro_batch"]) == ("LN+PN", 2))
-    assert again[-1]["top1"] == before["top1"] and again[-1]["seconds"] == before["seconds"]
+    assert again[-1]["top1"] == before["top1"] and again[-1]["resumed"]
+    assert again[-1]["seconds"] > before["seconds"]
     for name in ("fashion_time", "fashion_microbatch_long"):
         assert (tmp_path / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_runs_seconds_add_up_over_the_processes_that_trained_it(tmp_path):
+    assert bench_fashion.add_train_seconds(tmp_path, 12.5) == pytest.approx(12.5)
+    assert bench_fashion.add_train_seconds(tmp_path, 7.25) == pytest.approx(19.75)
+    saved = json.loads((tmp_path / bench_fashion.SECONDS_FILE).read_text())
+    assert saved == {"train_seconds": 19.75}
