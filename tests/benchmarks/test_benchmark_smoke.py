@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_model, common, targets
-from tests.benchmarks.test_benchmarks_harness import check_references
+from tests.benchmarks.test_benchmarks_harness import (
+    check_layer_rows,
+    check_model_rows,
+    check_references,
+)
 
 pytestmark = pytest.mark.tf_only
 
@@ -83,22 +87,11 @@ def test_model_benchmark_smoke_steps_every_layer_and_model_configuration(smoke_r
     results, _ = smoke_runs
     directory = results[label].directory
     layers = common.read_rows(directory / "layers_tensorflow.jsonl")
-    assert {(r["benchmark"], r["variant"]) for r in layers} == {
-        ("layer_fwd_bwd", "DepthwiseConv2D"), ("layer_fwd_bwd", "GroupConv2D(group_size=16)"),
-        ("layer_fwd_bwd", "keras Conv2D(groups=2)"), ("norm_fwd_bwd", "GroupNorm(4)+swish"),
-        ("norm_fwd_bwd", "LayerNorm+swish"), ("norm_fwd_bwd", "GroupNorm(4)+ProxyNorm(swish)"),
-        ("norm_fwd_bwd", "LayerNorm+ProxyNorm(swish)")}
-    check_references(layers, lambda r: r["benchmark"])
+    check_layer_rows(layers)
     models = common.read_rows(directory / "model_tensorflow.jsonl")
     # --no-timm: our variants and keras.applications' B0 only, each row saying timm was left out.
     variants = [bench_model.BASELINE, *bench_model.VARIANTS]
-    serving = [f"{v} {bench_model.SERVING_SUFFIX}" for v in bench_model.VARIANTS]
-    assert sorted((r["benchmark"], r["variant"]) for r in models) == sorted(
-        [(mode, v) for mode in ("train", "inference") for v in variants]
-        + [("inference", v) for v in serving])
-    assert {(r["resolution"], r["batch"], r["precision"]) for r in models} == {
-        (32, 2, "float32")}
-    check_references(models, lambda r: (r["benchmark"], r["resolution"]))
+    check_model_rows(models, variants)
     assert all(r["gmacs"] > 0 and r["timm_status"] == "timm peer left out (--no-timm)"
                for r in models)
 

@@ -44,6 +44,28 @@ def check_references(rows: list[dict], group) -> None:
         assert {r["reference"] for r in members} == {reference["variant"]}
 
 
+def check_layer_rows(layers: list[dict]) -> None:
+    """bench_model's layer rows at its smallest settings: every layer and norm, with references."""
+    assert {(r["benchmark"], r["variant"]) for r in layers} == {
+        ("layer_fwd_bwd", "DepthwiseConv2D"), ("layer_fwd_bwd", "GroupConv2D(group_size=16)"),
+        ("layer_fwd_bwd", "keras Conv2D(groups=2)"), ("norm_fwd_bwd", "GroupNorm(4)+swish"),
+        ("norm_fwd_bwd", "LayerNorm+swish"), ("norm_fwd_bwd", "GroupNorm(4)+ProxyNorm(swish)"),
+        ("norm_fwd_bwd", "LayerNorm+ProxyNorm(swish)")}
+    check_references(layers, lambda r: r["benchmark"])
+
+
+def check_model_rows(models: list[dict], variants: list[str]) -> None:
+    """bench_model's model rows at 32 px, batch 2: train and inference of each variant, and the
+    fused serving pass of ours, with references."""
+    serving = [f"{v} {bench_model.SERVING_SUFFIX}" for v in bench_model.VARIANTS]
+    assert sorted((r["benchmark"], r["variant"]) for r in models) == sorted(
+        [(mode, v) for mode in ("train", "inference") for v in variants]
+        + [("inference", v) for v in serving])
+    assert {(r["resolution"], r["batch"], r["precision"]) for r in models} == {
+        (32, 2, "float32")}
+    check_references(models, lambda r: (r["benchmark"], r["resolution"]))
+
+
 FAKE_PEER_SECONDS = 0.25  # what the stand-in peer below reports for every timm step
 
 
@@ -92,22 +114,11 @@ def test_model_benchmark_steps_every_layer_and_model_configuration(tmp_path):
                       "--output-dir", str(tmp_path)])
     backend = keras.backend.backend()
     layers = check_results(tmp_path, f"layers_{backend}")
-    assert {(r["benchmark"], r["variant"]) for r in layers} == {
-        ("layer_fwd_bwd", "DepthwiseConv2D"), ("layer_fwd_bwd", "GroupConv2D(group_size=16)"),
-        ("layer_fwd_bwd", "keras Conv2D(groups=2)"), ("norm_fwd_bwd", "GroupNorm(4)+swish"),
-        ("norm_fwd_bwd", "LayerNorm+swish"), ("norm_fwd_bwd", "GroupNorm(4)+ProxyNorm(swish)"),
-        ("norm_fwd_bwd", "LayerNorm+ProxyNorm(swish)")}
-    check_references(layers, lambda r: r["benchmark"])
+    check_layer_rows(layers)
 
     models = check_results(tmp_path, f"model_{backend}")
     variants = [bench_model.BASELINE, *bench_model.VARIANTS, *bench_model.TIMM_MODELS.values()]
-    serving = [f"{v} {bench_model.SERVING_SUFFIX}" for v in bench_model.VARIANTS]
-    assert sorted((r["benchmark"], r["variant"]) for r in models) == sorted(
-        [(mode, v) for mode in ("train", "inference") for v in variants]
-        + [("inference", v) for v in serving])
-    assert {(r["resolution"], r["batch"], r["precision"]) for r in models} == {
-        (32, 2, "float32")}
-    check_references(models, lambda r: (r["benchmark"], r["resolution"]))
+    check_model_rows(models, variants)
     assert all(r["machine"]["backend"] == backend for r in models)
     assert all(r["gmacs"] > 0 for r in models if r["backend"] != "torch")
     # Every row carries its ratio to the peer's efficientnet_b0 (2 images / 0.25 s = 8 img/s).
