@@ -67,7 +67,19 @@ $(JAX_VENV)/.installed: setup.cfg pyproject.toml
 install: $(VENV)/.installed
 install-jax: $(JAX_VENV)/.installed
 
-test: test-tf test-jax
+# The two parts side by side: the JAX part (Keras on JAX without TensorFlow, mostly XLA
+# compiles) takes the second core while the TensorFlow part traces and starts processes on one.
+# Its output, in a temporary file, follows the TensorFlow part's; either part failing fails.
+test: install install-jax
+	@log=$$(mktemp); \
+	$(MAKE) --no-print-directory test-jax JAX_PYTEST_OPTS="-p no:cacheprovider" >$$log 2>&1 & \
+	jax=$$!; \
+	$(MAKE) --no-print-directory test-tf; tf=$$?; \
+	wait $$jax; jaxrc=$$?; \
+	echo "==== JAX part (KERAS_BACKEND=jax, no TensorFlow), run beside the TensorFlow part ===="; \
+	cat $$log; rm -f $$log; \
+	echo "make test: TensorFlow part exit $$tf, JAX part exit $$jaxrc"; \
+	[ $$tf -eq 0 ] && [ $$jaxrc -eq 0 ]
 
 # oneDNN off for the whole TensorFlow suite, as TensorFlow leaves it on AVX2-only x86 CPUs: a
 # machine whose CPU turns it on cannot hide a kernel that only oneDNN has. Both settings are
@@ -82,7 +94,7 @@ JAX_TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expe
 test-jax: install-jax
 	XLA_FLAGS="$(JAX_TEST_XLA_FLAGS)" KERAS_BACKEND=jax KE_EXPECT_NO_TENSORFLOW=1 \
 	    $(JAX_VENV)/bin/pytest \
-	    -m "not slow and not tf_only and not jax_cpu_slow" --durations=10 \
+	    -m "not slow and not tf_only and not jax_cpu_slow" --durations=10 $(JAX_PYTEST_OPTS) \
 	    tests/layers tests/models tests/optimizers
 
 # With horovod built (install-horovod), this includes its 2-process runs under horovodrun
