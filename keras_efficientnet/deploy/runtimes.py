@@ -415,7 +415,7 @@ def record_rates(entry: Path, rates: dict[str, float], batch: int) -> Path:
     with atomic_file(path) as tmp:
         tmp.write_text(json.dumps({"batch": batch, "images_per_second": {
             name: round(rate, 3) for name, rate in rates.items()}, "load_average_1m": load},
-            indent=1) + "\n")
+            indent=1, allow_nan=False) + "\n")
     return path
 
 
