@@ -349,6 +349,9 @@ def choose_runtime(args) -> str:
 
 def _export(args, runtime: str, folder: Path, model_holder: list) -> Path:
     """Writes the export `runtime` reads into the empty `folder` (the cache's build step)."""
+    from keras_efficientnet.cli import quiet
+
+    quiet.import_tensorflow(verbose=args.verbosity > 0)  # the exporters import Keras
     from keras_efficientnet.deploy import export_onnx, export_openvino
 
     if runtime == "openvino":  # from the cached ONNX export, made first where missing
@@ -441,6 +444,12 @@ def load_predictor(args, names):
 
 
 def _predict_all(infer, files, resolution, args, names):
+    from keras_efficientnet.cli import quiet
+
+    # TensorFlow decodes the images (read_images) whichever runtime predicts: imported quietly
+    # here too, or an ONNX Runtime or OpenVINO run printed its start-up lines (a no-op where
+    # the TensorFlow runtime already imported it).
+    quiet.import_tensorflow(verbose=args.verbosity > 0)
     records, failures, dark = [], [], []
     for start in range(0, len(files), args.batch_size):
         images, good, failed = read_images(files[start:start + args.batch_size], resolution,

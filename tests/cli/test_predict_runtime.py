@@ -220,3 +220,24 @@ def test_requests_an_export_cannot_serve(model_file, images, capsys):
                          "--runtime=onnxruntime", "--resolution=48"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "takes 32x32 images" in err
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_an_export_runtime_keeps_tensorflows_start_up_lines_off_the_terminal(
+        runtime, model_file, images):
+    # The command in its own process (in this one TensorFlow is loaded already): oneDNN forced
+    # on prints its C++ notice on every CPU when TensorFlow loads unsilenced, as the image
+    # decoding's import did for these runtimes.
+    import os
+    import subprocess
+    import sys
+
+    _skip_unless(runtime)
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1"}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    done = subprocess.run([sys.executable, "-m", "keras_efficientnet.cli.predict",
+                           f"--runtime={runtime}", f"--model_file={model_file}", str(images[0])],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[0] == str(images[0])
