@@ -38,7 +38,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # measure_predict's digits i
 from benchmarks.common import add_mode_arguments, machine, parse_args, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
-SMOKE = ["--rounds=1", "--no-run"]
+# Two rounds: the second must not meet the first's run directories (a first-line run is killed
+# holding its run's lock, and the next run there says so first).
+SMOKE = ["--rounds=2", "--no-run"]
 QUICK = ["--rounds=1"]
 PREDICT_IMAGES = 10
 REFERENCE = "python -c 'import tensorflow'"
@@ -156,8 +158,9 @@ def main(argv=None) -> None:
     seconds: dict[str, list[float]] = {}
     references = []
     with tempfile.TemporaryDirectory(prefix="ke-first-hour-") as tmp:
-        folder = Path(tmp)
-        for _ in range(args.rounds):  # interleaved, so that a load change hits every case
+        for index in range(args.rounds):  # interleaved, so that a load change hits every case
+            folder = Path(tmp) / f"round-{index}"  # each round's runs start from nothing
+            folder.mkdir()
             references.append(reference_seconds())
             seconds.setdefault("train first line", []).append(measure_first_line(folder))
             for name, command in error_cases(folder).items():
