@@ -17,7 +17,7 @@ from benchmarks import bench_model, common, targets
 from tests.benchmarks.test_benchmarks_harness import (
     check_layer_rows,
     check_model_rows,
-    check_references,
+    check_pipeline_rows,
 )
 
 pytestmark = pytest.mark.tf_only
@@ -101,12 +101,7 @@ def test_pipeline_benchmark_smoke_steps_every_configuration(smoke_runs, label):
     # What test_benchmarks_harness's in-process run of the same options checked (now slow).
     results, _ = smoke_runs
     rows = common.read_rows(results[label].directory / "pipeline.jsonl")
-    assert {(r["variant"], r["resolution"]) for r in rows} == {
-        ("decode_and_crop_ceiling", None), ("uint8_pipeline", 32), ("float32_pipeline", 32),
-        ("uint8_unguarded", 32), ("float32_unguarded", 32)}
-    check_references(rows, lambda r: r["benchmark"])
-    sent = {r["variant"]: r["bytes_per_image"] for r in rows}
-    assert sent["uint8_unguarded"] == 32 * 32 * 3 and sent["float32_unguarded"] == 4 * 32 * 32 * 3
+    check_pipeline_rows(rows)
 
 
 def test_every_benchmark_module_and_make_target_has_a_smoke_run():

@@ -54,6 +54,16 @@ def check_layer_rows(layers: list[dict]) -> None:
     check_references(layers, lambda r: r["benchmark"])
 
 
+def check_pipeline_rows(rows: list[dict]) -> None:
+    """bench_pipeline's rows at 32 px: every configuration, with references, and the bytes each
+    image costs on the way to the device (uint8: 1 a channel, float32: 4)."""
+    assert {(r["variant"], r["resolution"]) for r in rows} == {
+        ("decode_and_crop_ceiling", None), ("uint8_pipeline", 32), ("float32_pipeline", 32),
+        ("uint8_unguarded", 32), ("float32_unguarded", 32)}
+    check_references(rows, lambda r: r["benchmark"])
+    sent = {r["variant"]: r["bytes_per_image"] for r in rows}
+    assert sent["uint8_unguarded"] == 32 * 32 * 3 and sent["float32_unguarded"] == 4 * 32 * 32 * 3
+
 def check_model_rows(models: list[dict], variants: list[str]) -> None:
     """bench_model's model rows at 32 px, batch 2: train and inference of each variant, and the
     fused serving pass of ours, with references."""
@@ -214,12 +224,7 @@ def test_pipeline_benchmark_steps_every_configuration(tmp_path):
                          "--seconds", "0.01", "--warmup_batches", "1", "--repeats", "1",
                          "--threads", "1", "--output-dir", str(tmp_path)])
     rows = check_results(tmp_path, "pipeline")
-    assert {(r["variant"], r["resolution"]) for r in rows} == {
-        ("decode_and_crop_ceiling", None), ("uint8_pipeline", 32), ("float32_pipeline", 32),
-        ("uint8_unguarded", 32), ("float32_unguarded", 32)}
-    check_references(rows, lambda r: r["benchmark"])
-    sent = {r["variant"]: r["bytes_per_image"] for r in rows}
-    assert sent["uint8_unguarded"] == 32 * 32 * 3 and sent["float32_unguarded"] == 4 * 32 * 32 * 3
+    check_pipeline_rows(rows)
 
 
 def _run(args: list[str], python: str = sys.executable, **env) -> str:
