@@ -19,12 +19,16 @@ import json
 import sys
 import time
 
-# The same timing and training step for both timm children.
-from benchmarks.timm_peer import median_seconds, sgd_step
+# The same timing, training step and unavailable answer for both timm children.
+from benchmarks.timm_peer import (
+    UNAVAILABLE_PREFIX,  # noqa: F401 - bench_deploy reads it from this module
+    UNAVAILABLE_STATUS,
+    import_or_report,
+    median_seconds,
+    sgd_step,
+)
 
 ROW_PREFIX = "TIMM_DEPLOY "
-UNAVAILABLE_PREFIX = "TIMM_UNAVAILABLE "
-UNAVAILABLE_STATUS = 3
 MODEL = "efficientnet_b0"
 
 
@@ -114,13 +118,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency-calls", type=int, default=20)
     args = parser.parse_args(argv)
-    try:
-        torch, timm = import_timm()
-    except Exception as error:  # an install that cannot load says so, and the run goes on
-        first_line = (str(error).strip().splitlines() or [""])[0]
-        print(f"{UNAVAILABLE_PREFIX}import timm failed in {sys.executable}: "
-              f"{type(error).__name__}: {first_line}", flush=True)
+    imported = import_or_report(import_timm)
+    if imported is None:
         return UNAVAILABLE_STATUS
+    torch, timm = imported
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = timm.create_model(MODEL, pretrained=False, num_classes=args.classes)

@@ -22,6 +22,26 @@ UNAVAILABLE_STATUS = 3
 CLASSES = 1000
 
 
+def _import_timm():
+    import timm
+    import torch
+
+    return torch, timm
+
+
+def import_or_report(importer):
+    """`importer()`'s (torch, timm), or None after printing the one `TIMM_UNAVAILABLE` line
+    the parent reads: an install that cannot load says so, and the run goes on. Both timm
+    children (this one and timm_deploy) answer this way."""
+    try:
+        return importer()
+    except Exception as error:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        print(f"{UNAVAILABLE_PREFIX}import timm failed in {sys.executable}: "
+              f"{type(error).__name__}: {first_line}", flush=True)
+        return None
+
+
 def median_seconds(fn, warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn()
@@ -77,14 +97,10 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--infer-steps", type=int, default=5)
     args = parser.parse_args(argv)
-    try:
-        import timm
-        import torch
-    except Exception as error:  # an install that cannot load says so, and the run goes on
-        first_line = (str(error).strip().splitlines() or [""])[0]
-        print(f"{UNAVAILABLE_PREFIX}import timm failed in {sys.executable}: "
-              f"{type(error).__name__}: {first_line}", flush=True)
+    imported = import_or_report(_import_timm)
+    if imported is None:
         return UNAVAILABLE_STATUS
+    torch, timm = imported
     torch.set_num_threads(args.threads)
     for resolution in (int(r) for r in args.resolutions.split(",")):
         for name in args.models.split(","):
