@@ -405,18 +405,16 @@ def record_rates(entry: Path, rates: dict[str, float], batch: int) -> Path:
     with the load average it was measured under; returns the file's path."""
     import json
 
-    from keras_efficientnet.atomic import atomic_file
+    from keras_efficientnet.atomic import write_atomically
 
-    path = Path(entry) / RATES_NAME
     try:
         load = round(os.getloadavg()[0], 2)
     except OSError:  # not on a Unix
         load = None
-    with atomic_file(path) as tmp:
-        tmp.write_text(json.dumps({"batch": batch, "images_per_second": {
+    return write_atomically(Path(entry) / RATES_NAME, json.dumps({
+        "batch": batch, "images_per_second": {
             name: round(rate, 3) for name, rate in rates.items()}, "load_average_1m": load},
-            indent=1, allow_nan=False) + "\n")
-    return path
+        indent=1, allow_nan=False) + "\n")
 
 
 def fastest(rates: dict[str, float]) -> str:
