@@ -1,10 +1,11 @@
 """One process's grouped-conv results under the TF_ENABLE_ONEDNN_OPTS it was started with.
 
-Run by `test_group_conv_onednn.py` as `python -m tests.layers.onednn_paths_script OUT.npz`. It
-saves, for each case, the forward output and d/dx, d/dkernel of sum(upstream * conv) through
-`GroupConv2D`'s TensorFlow path, the path it took, and the loss and weights after one training
-step of `efficientnet-tiny-g16-lnpn`, so that the parent can hold both settings to NumPy and to
-each other.
+Run by `test_group_conv_onednn.py` as `python -m tests.layers.onednn_paths_script OUT.npz`, or
+called in the test's own process (`run`) for the setting that process started with. It saves,
+for each case, the forward output and d/dx, d/dkernel of sum(upstream * conv) through
+`GroupConv2D`'s TensorFlow path, the path it took, and the loss and weights before and after one
+training step of `efficientnet-tiny-g16-lnpn`, so that the parent can hold both settings to
+NumPy and to each other.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def conv_case(channels, filters, group_size, kernel, strides, seed):
 
 
 def training_step():
-    """Loss and weights after one SGD step of the tiny G16-LN+PN model from a fixed seed."""
+    """Loss, and weights before and after one SGD step of the tiny G16-LN+PN model from a fixed
+    seed."""
     keras.utils.set_random_seed(0)
     model = ke.EfficientNet.from_preset("efficientnet-tiny-g16-lnpn", input_shape=(32, 32, 3),
                                         classes=10, classifier_activation=None,
@@ -61,22 +63,24 @@ def training_step():
     rng = np.random.default_rng(1)
     images = rng.integers(0, 256, (8, 32, 32, 3)).astype("uint8")
     labels = rng.integers(0, 10, 8)
+    initial = np.concatenate([w.ravel() for w in model.get_weights()])
     loss = float(model.train_on_batch(images, labels))
     weights = np.concatenate([w.ravel() for w in model.get_weights()])
-    return loss, weights
+    return loss, initial, weights
 
 
-def main(out: str) -> None:
+def run(out: str) -> dict:
+    """Saves the arrays to `out` and returns the report (paths, cases, loss, probe result)."""
     arrays, paths = {}, []
     for i, case in enumerate(CASES):
         result, path = conv_case(*case, seed=i)
         arrays.update({f"{i}_{k}": v for k, v in result.items()})
         paths.append(path)
-    loss, weights = training_step()
-    np.savez(out, loss=loss, weights=weights, **arrays)
-    print(json.dumps({"paths": paths, "cases": CASES, "loss": loss,
-                      "grouped_gradient": grouped_gradient_available("CPU", "float32")}))
+    loss, initial, weights = training_step()
+    np.savez(out, loss=loss, initial=initial, weights=weights, **arrays)
+    return {"paths": paths, "cases": CASES, "loss": loss,
+            "grouped_gradient": grouped_gradient_available("CPU", "float32")}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    print(json.dumps(run(sys.argv[1])))
