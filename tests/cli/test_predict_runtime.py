@@ -5,6 +5,7 @@ runtime that is unknown, missing or cannot serve the request is one line."""
 
 import importlib.util
 import json
+import shutil
 
 import keras
 import numpy as np
@@ -50,12 +51,27 @@ def images(tmp_path_factory):
     return sorted(folder.glob("*.png"))
 
 
-@pytest.fixture
-def model_file(tmp_path):
-    path = tmp_path / "run" / "model.keras"
-    path.parent.mkdir()
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """_model(1) saved once for the module (its build and save took a second or two a test)."""
+    path = tmp_path_factory.mktemp("saved") / "model.keras"
     _model(1).save(path)
     return path
+
+
+@pytest.fixture
+def model_file(saved_model, tmp_path):
+    """A copy of the saved model in this test's own folder: the export cache sits beside it."""
+    path = tmp_path / "run" / "model.keras"
+    path.parent.mkdir()
+    shutil.copyfile(saved_model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def expected(saved_model, images):
+    """Keras' probabilities of the saved model on the images' centre crops, computed once."""
+    return _expected(saved_model, images)
 
 
 def _expected(path, files) -> np.ndarray:
@@ -83,9 +99,8 @@ def _skip_unless(runtime: str) -> None:
 
 @pytest.mark.parametrize("runtime", ["openvino", "onnxruntime", "tensorflow", "auto"])
 def test_every_runtime_predicts_tensorflows_probabilities(runtime, model_file, images,
-                                                          tmp_path):
+                                                          expected, tmp_path):
     _skip_unless(runtime)
-    expected = _expected(model_file, images)
     # The images score apart by far more than the tolerance.
     assert np.abs(expected - expected[::-1]).max() > 100 * TOLERANCE
     got = _predicted(model_file, images, tmp_path / "p.jsonl", f"--runtime={runtime}",
@@ -103,7 +118,7 @@ def test_every_runtime_predicts_tensorflows_probabilities(runtime, model_file, i
 
 
 def test_auto_times_both_export_runtimes_once_and_takes_the_faster(
-        model_file, images, tmp_path, capsys, monkeypatch):
+        model_file, images, expected, tmp_path, capsys, monkeypatch):
     for runtime in ("openvino", "onnxruntime"):
         _skip_unless(runtime)
     opened = []
@@ -111,7 +126,6 @@ def test_auto_times_both_export_runtimes_once_and_takes_the_faster(
     monkeypatch.setattr(runtimes, "open_session",
                         lambda path, runtime, **kw: opened.append(runtime) or open_session(
                             path, runtime, **kw))
-    expected = _expected(model_file, images)
     got = _predicted(model_file, images, tmp_path / "p.jsonl", "--batch_size=3",
                      "--verbosity=1")
     np.testing.assert_allclose(got, expected, rtol=0,
