@@ -28,11 +28,12 @@ def _main(capsys, *argv) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A train_and_finetune run of the smoke recipe (at 32 px, fine-tuned and scored at 64)."""
+    """A train_and_finetune run of the smoke recipe (at 32 px, fine-tuned and scored at 64),
+    without validation during training (test_validation's; these tests score the outputs)."""
     run_dir = tmp_path_factory.mktemp("evaluate") / "run"
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["train", f"--flagfile={REPO / 'flags' / 'smoke.flags'}",
-                 f"--model_dir={run_dir}", "--verbose=0"])
+                 f"--model_dir={run_dir}", "--verbose=0", "--eval_every=0"])
     try:
         assert cli.main(["train"]) == 0
     finally:
