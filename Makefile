@@ -84,8 +84,13 @@ test: install install-jax
 # oneDNN off for the whole TensorFlow suite, as TensorFlow leaves it on AVX2-only x86 CPUs: a
 # machine whose CPU turns it on cannot hide a kernel that only oneDNN has. Both settings are
 # tested side by side in tests/layers/test_group_conv_onednn.py.
+# Two pytest-xdist workers, a test file at a time (module fixtures are built once): one pytest
+# process leaves a core idle while it traces graphs and waits on subprocesses. TEST_WORKERS=0
+# runs the suite in one process.
+TEST_WORKERS ?= 2
 test-tf: install
-	TF_ENABLE_ONEDNN_OPTS=0 $(VENV)/bin/pytest -m "not slow" --durations=10 tests
+	TF_ENABLE_ONEDNN_OPTS=0 $(VENV)/bin/pytest -m "not slow" --durations=10 \
+	    $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) tests
 
 # XLA's compile is most of the JAX suite's time on a CPU and the tests' models are tiny: its
 # slower optimisation passes off (as benchmark-gpu's CPU smoke run does) took the three

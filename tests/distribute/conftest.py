@@ -86,6 +86,9 @@ def processes(tmp_path_factory) -> Processes:
 @pytest.fixture(scope="session", autouse=True)
 def _start_processes_early(request):
     # The subprocesses take most of this suite's time: start them with the first test so that
-    # the in-process tests run meanwhile.
+    # the in-process tests run meanwhile. Under pytest-xdist every worker sees every item, so
+    # there they start with the first test that needs them, in the one worker that runs it.
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
     if any("test_distribute_multiprocess" in item.nodeid for item in request.session.items):
         request.getfixturevalue("processes")
