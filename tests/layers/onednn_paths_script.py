@@ -64,6 +64,9 @@ def training_step():
     images = rng.integers(0, 256, (8, 32, 32, 3)).astype("uint8")
     labels = rng.integers(0, 10, 8)
     initial = np.concatenate([w.ravel() for w in model.get_weights()])
+    # Built here, not inside the first trace of the step (Keras' default without a strategy),
+    # which made TensorFlow trace the step twice.
+    model.optimizer.build(model.trainable_variables)
     loss = float(model.train_on_batch(images, labels))
     weights = np.concatenate([w.ravel() for w in model.get_weights()])
     return loss, initial, weights
