@@ -252,6 +252,10 @@ def recipe_config(label: str, seed: int, args, model_dir: Path):
                    eval_split="test", eval_steps=args.eval_steps)
     changes.update(epochs=args.epochs, updates_per_epoch=args.updates_per_epoch,
                    finetune_epochs=args.finetune_epochs, warmup_epochs=args.warmup_epochs)
+    if args.smoke:
+        # The path, not the figures: batches of 8, and `test` scored once at the end (the
+        # trainer's per-epoch validation would build and trace a second scorer).
+        changes.update(micro_batch_size=8, eval_every=0)
     return config.replace(**changes)
 
 

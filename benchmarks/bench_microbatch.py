@@ -182,6 +182,10 @@ def main(argv=None) -> list[dict]:
                         learning_rate=0.0, learning_rate_per_sample=per_sample,
                         weight_average_decay=0.0, eval_steps=args.eval_steps,
                         device_iterations=args.device_iterations)
+    if args.smoke:
+        # Scored once, by score() below: the trainer's validation would build and trace a
+        # second scorer (its path is the trainer's, tested there).
+        base = base.replace(eval_every=0)
     info = machine()
     print(f"machine: {info}", flush=True)
     started = time.perf_counter()

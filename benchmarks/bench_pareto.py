@@ -179,6 +179,11 @@ def main(argv=None) -> list[dict]:
                         ("micro_batch_size", args.batch)):
         if value is not None:
             changes[name] = value
+    if args.smoke:
+        # Each epoch is scored once, by the curve's own evaluation: the trainer's validation
+        # of the same weights would build and trace a second scorer (its path is the
+        # trainer's, tested there).
+        changes["eval_every"] = 0
     base = base.replace(**changes)
     info = machine()
     print(f"machine: {info}", flush=True)
