@@ -5,7 +5,9 @@ The modules run as subprocesses, 2 side by side (benchmarks.targets.smoke, what 
 benchmark-smoke` runs), once for the whole file and only those whose tests were selected; each
 test then checks one module: exit status 0 within the timeout, rows in the shared schema marked
 as smoke rows in its own folder, and nothing written to benchmarks/results. Speed is not
-asserted. The heaviest (SLOW) run with the slow tests.
+asserted: all 14 module runs take part in make test (issue 37 asks for at most 90 s added on 2
+quiet cores; each smoke run exercises its module's code paths once at the fewest steps and
+smallest sizes, see SMOKE in each module and smoke_args in benchmarks/targets.py).
 """
 
 import re
@@ -24,15 +26,8 @@ pytestmark = pytest.mark.tf_only
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = targets.smoke_steps(list(targets.TARGETS))
-# Make targets that run no benchmark module of their own.
 JOBS = 2  # modules side by side: the machine has 2 cores
-# Smoke runs past make test's budget for this file (90 s added on 2 quiet cores; make test as a
-# whole must stay under 10 minutes). Measured under load 10-16 (CPU seconds, all processes of a
-# module): the 12 modules take about 350; these 7 about 235 (33-45 each: trainer runs, XLA
-# compiles); the 5 others, make benchmark's own, about 110. These run with the slow tests (make
-# test-slow) and in make benchmark-smoke.
-SLOW = {"bench_pareto", "bench_microbatch", "bench_fashion time", "bench_fashion microbatch",
-        "bench_fashion_protocol table96", "bench_gpu", "bench_figure1"}
+# Make targets that run no benchmark module of their own.
 NOT_MODULE_TARGETS = {"benchmark", "benchmark-quick", "benchmark-smoke", "benchmark-deps",
                       "benchmark-fashion", "benchmark-gpu-wheels", "benchmark-gpu-smoke"}
 
@@ -58,9 +53,7 @@ def smoke_runs(request, tmp_path_factory):
     return {r.label: r for r in results}, before
 
 
-@pytest.mark.parametrize("label", [
-    pytest.param(step.label, marks=[pytest.mark.slow] if step.label in SLOW else [])
-    for _, step in STEPS])
+@pytest.mark.parametrize("label", [step.label for _, step in STEPS])
 def test_benchmark_module_runs_in_smoke_mode(smoke_runs, label):
     results, before = smoke_runs
     result = results[label]
