@@ -77,8 +77,9 @@ TIMM_TIMEOUT = 1800.0
 SMOKE = ["--size=tiny", "--resolution=32", "--variants=G16-LN+PN", "--no-recipe", "--batch=2",
          "--batches=1", "--repeats=1", "--latency-calls=1", "--rounds=1", "--sgd-steps=1",
          "--warmup=1", "--profile-calls=1", "--int8-calibration=2"]
+# The quick run: G1-BN and the headline variant (with its int8) against timm.
 QUICK = ["--rounds=1", "--batches=2", "--repeats=2", "--latency-calls=8", "--no-settings",
-         "--no-profile", "--int8-calibration=16"]
+         "--no-profile", "--int8-calibration=16", "--variants=G1-BN,G16-LN+PN", "--no-recipe"]
 
 
 # ------------------------------------------------------------------------------ models

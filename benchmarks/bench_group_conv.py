@@ -38,8 +38,10 @@ CHILD_TIMEOUT_S = 1800
 # The smoke run is untraced: tracing in both children would take most of a minute on 2 cores.
 SMOKE = ["--batch=2", "--repeats=1", "--shapes=8:32:3", "--model-size=tiny", "--resolution=32",
          "--model-batch=2", "--warmup=1", "--steps=1", "--infer-steps=1", "--eager"]
+# The quick run keeps three of the five shapes (the two left out hold the dense reference's
+# slowest convolutions, 1-2 s a call) so that make benchmark-quick stays under 10 minutes.
 QUICK = ["--repeats=2", "--resolution=160", "--model-batch=16", "--warmup=1", "--steps=2",
-         "--infer-steps=2"]
+         "--infer-steps=2", "--shapes=56:96:3,28:160:5,14:320:3"]
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:

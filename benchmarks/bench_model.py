@@ -73,8 +73,9 @@ SERVING_SUFFIX = "[serving]"  # our variants' inference through keras_efficientn
 SMOKE = ["--size=tiny", "--resolutions=32", "--batch=2", "--warmup=1", "--steps=1",
          "--infer-steps=1", "--layer-batch=2", "--layer-size=8", "--layer-channels=32",
          "--layer-repeats=1", "--eager", "--rounds=1", "--no-timm"]
+# The quick run: Keras' B0, our G1-BN and the paper's G16-LN+PN (and timm), 160 px only.
 QUICK = ["--resolutions=160", "--batch=16", "--warmup=1", "--steps=2", "--infer-steps=2",
-         "--layer-repeats=3", "--rounds=1"]
+         "--layer-repeats=3", "--rounds=1", "--variants=G1-BN,G16-LN+PN"]
 
 
 def build_reference(size: str, resolution: int, classes: int = CLASSES) -> keras.Model:
