@@ -75,10 +75,6 @@ def _update(model, config, resolution: int, batch: int, where: str):
     (labels one-hot where the recipe's loss wants them), as a function of no arguments."""
     from keras_efficientnet.training import trainer
 
-    # The optimizer's slots now: one-device Keras would build them while tracing the first
-    # step, which TensorFlow then traces again (an untimed warm-up step, twice as long).
-    model.optimizer.build(model.trainable_variables)
-
     images = np.random.default_rng(0).integers(0, 256, (batch, resolution, resolution, 3),
                                                dtype=np.uint8)
     labels = np.arange(batch) % 1000

@@ -94,7 +94,8 @@ def build_optimizer(config: TrainConfig, schedule) -> keras.optimizers.Optimizer
 
 
 def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classes: int) -> None:
-    """Loss with label smoothing, top-1/top-5 metrics, XLA off (slower on CPU)."""
+    """Loss with label smoothing, top-1/top-5 metrics, XLA off (slower on CPU), and the
+    optimizer built for the model's trainable variables."""
     k = min(5, num_classes)
     if use_one_hot(config):
         loss = keras.losses.CategoricalCrossentropy(from_logits=True,
@@ -107,6 +108,10 @@ def compile_model(model: keras.Model, optimizer, config: TrainConfig, num_classe
                    keras.metrics.SparseTopKCategoricalAccuracy(k, name="top5")]
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=False,
                   steps_per_execution=config.plan.step_calls_per_execution)
+    # The optimizer's slots now, not in the first step: without a distribution strategy Keras
+    # builds them while tracing the train step, and TensorFlow then traces the step a second
+    # time (a function that created variables is traced again without them).
+    model.optimizer.build(model.trainable_variables)
 
 
 def input_options(config: TrainConfig):

@@ -67,8 +67,6 @@ def _head_only_model(config: TrainConfig, runtime, model_weights: list, num_clas
         runtime.attach(model)
         schedule = finetune_schedule(config, tuned.plan.optimizer_applies_per_epoch(updates))
         compile_model(model, build_optimizer(tuned, schedule), tuned, num_classes)
-        # Built before the first step, as the trainer's: else the step is traced twice.
-        model.optimizer.build(model.trainable_variables)
         if optimizer_slots:
             restore_slots(model.optimizer, trained_variables, optimizer_slots,
                           model.trainable_variables)

@@ -337,10 +337,6 @@ def _model_to_train(config: TrainConfig, runtime, resolution: int, num_classes: 
         schedule = lr_schedule(config, config.plan.optimizer_applies_per_epoch(updates),
                                config.epochs, config.peak_learning_rate())
         compile_model(model, build_optimizer(config, schedule), config, num_classes)
-        # Its slots now, not in the first step: one-device Keras builds the optimizer while
-        # tracing the train step, and TensorFlow then traces the step again (a function that
-        # created variables is retraced without them), a second trace of the slowest call.
-        model.optimizer.build(model.trainable_variables)
         if latest is None:
             return model, {}
         state = CheckpointManager.restore(latest, model, model.optimizer)

@@ -115,7 +115,6 @@ def test_kill_9_during_saves_always_leaves_a_loadable_latest_checkpoint(tmp_path
     model = trainer.build_model(config, 32, 10)  # to load each latest checkpoint into
     schedule = trainer.lr_schedule(config, 8, config.epochs, config.peak_learning_rate())
     trainer.compile_model(model, trainer.build_optimizer(config, schedule), config, 10)
-    model.optimizer.build(model.trainable_variables)
     manager = CheckpointManager(model_dir / "checkpoints")
     saving = lambda: any(p.name.startswith(".tmp-")
                          for p in manager.directory.glob(".*"))

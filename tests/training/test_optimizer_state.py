@@ -214,7 +214,6 @@ def _compiled(config, precision):
     with trainer.precision_policy(precision):
         model = trainer.build_model(config, 32, 10)
         compile_model(model, build_optimizer(config, 0.01), config, 10)
-        model.optimizer.build(model.trainable_variables)
     return model
 
 
