@@ -20,6 +20,14 @@ the per-epoch validation curve against training seconds (metrics.csv). A row alr
 the same recipe text and seed is not rerun. The load average is sampled while a run trains, so
 each row says whether its seconds are quiet.
 
+The runs' own seconds depend on what else the machine was doing. `--speed-rounds N` (with
+`--speed-only`, nothing else) therefore measures each recipe's training and fine-tune images/s in
+N interleaved rounds of one short epoch (the same command, 60 updates; rows in
+fashion_protocol_speed.jsonl, to run on a quiet machine), and the report reads the curves again
+with seconds = images seen / those rates: each recipe's time to the reference's final
+validation top-1 (claim b) no longer depends on the load its run trained under. A fine-tuned
+recipe's curve ends with one more point, after its fine-tune (its images at its rate).
+
 `--quick` runs every recipe for 2 epochs of 20 updates (rows marked `"quick": true`, runs under
 runs/bench-fashion-quick) as a check of the whole path in minutes; `--smoke` does one epoch of 2
 updates on the embedded digits into a temporary folder (the test suite's check).
@@ -41,7 +49,7 @@ from pathlib import Path
 
 from benchmarks.bench_fashion import append_row, done_keys, mean_interval, paired_difference
 from benchmarks.charts import read_rows
-from benchmarks.common import machine, make_row, results_dir, smoke_dir
+from benchmarks.common import machine, make_row, results_dir, smoke_dir, validate_row
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
@@ -70,6 +78,11 @@ QUICK = {"epochs": 2, "updates_per_epoch": 20, "eval_steps": 4, "warmup_epochs":
 SMOKE = {"epochs": 1, "updates_per_epoch": 2, "eval_steps": 1, "warmup_epochs": 0.5,
          "dataset": "digits", "eval_split": "validation", "micro_batch_size": 8,
          "finetune_batch_size": 8}
+# The speed pass (--speed-rounds): each recipe's training command for one epoch of a few updates
+# (and its head fine-tune, as long), only to read the trainer's images/s for the two phases.
+SPEED = {"epochs": 1, "updates_per_epoch": 60, "eval_steps": 1, "warmup_epochs": 0.5}
+SPEED_QUICK_UPDATES = 20
+SPEED_FILE = "fashion_protocol_speed.jsonl"
 LOAD_SAMPLE_SECONDS = 30.0
 # A run whose mean 1-minute load average (its own process included) stays under this had the
 # machine's cores to itself: 2 cores, one busy run uses about 1-2.
@@ -173,6 +186,18 @@ def train_images(trained: dict) -> int:
     return config["epochs"] * updates * batch
 
 
+def finetune_cost(trained: dict) -> tuple[int, float | None]:
+    """Images the head fine-tune saw and its seconds at its measured rate (0 and None for a
+    recipe without one): the trainer's metrics.csv has rows for the training epochs only."""
+    config = trained["config"]
+    if config["mode"] != "train_and_finetune" or not trained.get("finetune_images_per_second"):
+        return 0, None
+    batch = trained.get("finetune_global_batch_size") or trained["global_batch_size"]
+    updates = config["updates_per_epoch"] or trained["train_examples"] // batch
+    images = config["finetune_epochs"] * updates * batch
+    return images, images / trained["finetune_images_per_second"]
+
+
 def protocol_row(experiment: str, recipe: str, seed: int, args, overrides: dict, key: str,
                  trained: dict, scored: dict, curve: list[dict], load: dict,
                  reference_ips: float | None) -> dict:
@@ -182,6 +207,7 @@ def protocol_row(experiment: str, recipe: str, seed: int, args, overrides: dict,
     label = EXPERIMENTS[experiment][recipe]
     finetuned = config["mode"] == "train_and_finetune"
     is_reference = recipe == REFERENCE[experiment]
+    tune_images, tune_seconds = finetune_cost(trained)
     return make_row(
         "fashion_protocol", machine=machine(), backend="tensorflow", variant=label,
         resolution=config["train_resolution"], batch=config["micro_batch_size"],
@@ -195,7 +221,10 @@ def protocol_row(experiment: str, recipe: str, seed: int, args, overrides: dict,
         overrides=overrides, model=config["model"], dataset=config["dataset"],
         train_resolution=config["train_resolution"], test_resolution=config["test_resolution"],
         epochs=config["epochs"], finetune_epochs=config["finetune_epochs"] if finetuned else 0,
-        train_images=train_images(trained),
+        train_images=train_images(trained), finetune_images=tune_images,
+        finetune_seconds=round(tune_seconds, 1) if tune_seconds else None,
+        finetune_images_per_second=(round(trained["finetune_images_per_second"], 2)
+                                    if tune_seconds else None),
         top1=round(scored["top1"], 4), top5=round(scored["top5"], 4),
         flip_top1=round(scored["flip_top1"], 4) if "flip_top1" in scored else None,
         test_images=scored.get("images"), eval_split=scored["split"],
@@ -246,7 +275,149 @@ def run_one(experiment: str, recipe: str, seed: int, args, path: Path, runs: Pat
     return row
 
 
+# ---------------------------------------------------------------- the speed pass
+
+def speed_overrides(args) -> dict:
+    """One short epoch of the recipe (the smoke pass's, on digits, under --smoke)."""
+    if args.smoke:
+        return dict(SMOKE)
+    return {**SPEED, "updates_per_epoch": (SPEED_QUICK_UPDATES if args.quick
+                                           else SPEED["updates_per_epoch"])}
+
+
+def speed_key(recipe: str, round_: int, overrides: dict) -> str:
+    return json.dumps({"recipe": recipe, "round": round_,
+                       "digest": recipe_digest(recipe, overrides)}, sort_keys=True)
+
+
+def speed_keys(path: Path) -> set[str]:
+    return {r["run_key"] for r in read_rows(path) if "run_key" in r} if path.exists() else set()
+
+
+def write_speed_row(path: Path, row: dict) -> None:
+    """Appends one checked row and flushes it to disk (a stopped pass keeps the rounds done)."""
+    validate_row(row)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def measure_speed(experiment: str, recipe: str, round_: int, args, path: Path, runs: Path,
+                  reference_ips: float | None) -> dict:
+    """Runs the recipe's training command for one short epoch (and its fine-tune) in a fresh
+    directory and writes a row of the trainer's own images/s for each phase: the first step of
+    each leaves tracing out, every later one counts its input pipeline too, as in a full run."""
+    overrides = speed_overrides(args)
+    run_dir = runs / "speed" / f"{recipe}-r{round_}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a stopped measurement starts again
+    run_dir.mkdir(parents=True)
+    log = run_dir.parent / f"{recipe}-r{round_}.log"
+    with LoadSampler(args.load_every) as sampler:
+        run_command(command(recipe, 0, run_dir, overrides), log, args.run_timeout)
+    trained = finished(run_dir)
+    if trained is None:
+        raise RuntimeError(f"{run_dir} has no results.json and model.keras after training")
+    config = trained["config"]
+    images = trained["images_per_second"]
+    _, tune_seconds = finetune_cost(trained)
+    label = EXPERIMENTS[experiment][recipe]
+    reference = EXPERIMENTS[experiment][REFERENCE[experiment]]
+    row = make_row(
+        "fashion_protocol_speed", machine=machine(), backend="tensorflow", variant=label,
+        resolution=config["train_resolution"], batch=config["micro_batch_size"],
+        precision=config["precision"], images_per_second=images,
+        reference=reference if reference_ips else label,
+        reference_images_per_second=reference_ips or images,
+        experiment=experiment, recipe=recipe, flagfile=f"flags/{flagfile(recipe).name}",
+        run_key=speed_key(recipe, round_, overrides), round=round_, overrides=overrides,
+        updates=overrides["updates_per_epoch"], smoke=bool(args.smoke), quick=bool(args.quick),
+        train_resolution=config["train_resolution"], test_resolution=config["test_resolution"],
+        finetune_images_per_second=(round(trained["finetune_images_per_second"], 3)
+                                    if tune_seconds else None),
+        seconds=round(trained["wall_seconds"], 1), **sampler.summary())
+    write_speed_row(path, row)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return row
+
+
+def speed_pass(experiment: str, recipes: list[str], args, path: Path, runs: Path) -> None:
+    """`--speed-rounds` rounds, the recipes interleaved within each (the reference first, so
+    that each row's ratio is to the reference measured in the same round); rounds already in
+    the file are skipped."""
+    done = speed_keys(path)
+    ordered = sorted(recipes, key=lambda r: r != REFERENCE[experiment])
+    for round_ in range(args.speed_rounds):
+        reference_ips = None
+        for recipe in ordered:
+            key = speed_key(recipe, round_, speed_overrides(args))
+            if key in done:
+                print(f"  speed round {round_} {recipe}: already in {path.name}, skipped",
+                      flush=True)
+                if recipe == REFERENCE[experiment]:
+                    reference_ips = next(r["images_per_second"] for r in read_rows(path)
+                                         if r.get("run_key") == key)
+                continue
+            row = measure_speed(experiment, recipe, round_, args, path, runs, reference_ips)
+            if recipe == REFERENCE[experiment]:
+                reference_ips = row["images_per_second"]
+            print(f"  speed round {round_} {recipe}: {row['images_per_second']:.0f} img/s "
+                  f"training, fine-tune {row['finetune_images_per_second']}, load "
+                  f"{row['load_average_mean']}", flush=True)
+
+
+def speed_rates(path: Path, experiment: str, quick: bool, smoke: bool) -> dict:
+    """Per recipe: the best round's training and fine-tune images/s (a shared machine only ever
+    slows a run down), the spread over rounds and whether every round was quiet."""
+    rows = [r for r in (read_rows(path) if path.exists() else [])
+            if r.get("experiment") == experiment and bool(r.get("quick")) == quick
+            and bool(r.get("smoke")) == smoke
+            and json.loads(r["run_key"])["digest"] == recipe_digest(
+                r["recipe"], r.get("overrides", {}))]
+    rates: dict = {}
+    for row in rows:
+        rates.setdefault(row["recipe"], []).append(row)
+    out = {}
+    for recipe, group in rates.items():
+        train = [r["images_per_second"] for r in group]
+        tune = [r["finetune_images_per_second"] for r in group
+                if r.get("finetune_images_per_second")]
+        out[recipe] = {"train": max(train), "finetune": max(tune) if tune else None,
+                       "rounds": len(group), "spread": round(max(train) / min(train) - 1, 4),
+                       "quiet": all(r.get("quiet") for r in group),
+                       "load_average_mean": max(r["load_average_mean"] for r in group)}
+    return out
+
+
 # ---------------------------------------------------------------- reading the rows
+
+
+def timeline(row: dict, rates: dict | None = None) -> list[dict]:
+    """The run's validation top-1 against training seconds: one point per training epoch (its
+    metrics.csv curve) and, for a recipe with a head fine-tune, one more after it (the shipped
+    model's validation top-1 at the fine-tune's seconds added). With `rates` (the recipe's quiet
+    images/s from `--speed`: `train` and `finetune`), the seconds are the images seen so far at
+    those rates instead of the run's own, loaded, clock."""
+    epochs = len(row["curve"])
+    per_epoch = row["train_images"] / row["epochs"] if row.get("epochs") else None
+    points = []
+    for point in row["curve"]:
+        seconds = point["train_seconds"]
+        if rates is not None:
+            seconds = point["epoch"] * per_epoch / rates["train"]
+        points.append({"epoch": point["epoch"], "val_top1": point["val_top1"],
+                       "train_seconds": seconds, "finetuned": False})
+    if row.get("finetune_images") and row.get("val_top1") is not None and points:
+        if rates is not None and rates.get("finetune"):
+            extra = row["finetune_images"] / rates["finetune"]
+        else:
+            extra = row.get("finetune_seconds")
+        if extra is not None and points[-1]["train_seconds"] is not None:
+            points.append({"epoch": epochs, "val_top1": row["val_top1"],
+                           "train_seconds": points[-1]["train_seconds"] + extra,
+                           "finetuned": True})
+    return points
 
 
 def first_reach(curve: list[dict], target: float) -> float | None:
@@ -258,9 +429,13 @@ def first_reach(curve: list[dict], target: float) -> float | None:
     return None
 
 
-def summarize(rows: list[dict], experiment: str) -> dict:
+def summarize(rows: list[dict], experiment: str, rates: dict | None = None) -> dict:
     """Per recipe: test top-1 (one pass, flip), seconds, images/s as mean and 95% t interval;
-    the seconds to first reach the reference's mean final validation top-1."""
+    the seconds to first reach the reference's mean final validation top-1 (a fine-tuned
+    recipe's last point is after its fine-tune). With `rates` (`speed_rates`), the same seconds
+    again at each recipe's quiet rates: `quiet_seconds` for the whole run and
+    `quiet_seconds_to_target`."""
+    rates = rates or {}
     own = [r for r in rows if r.get("experiment") == experiment]
     by_recipe: dict = {}
     for row in own:
@@ -270,7 +445,7 @@ def summarize(rows: list[dict], experiment: str) -> dict:
               if reference else None)
     summary = {}
     for recipe, group in by_recipe.items():
-        reach = [first_reach(r["curve"], target) if target else None for r in group]
+        reach = [first_reach(timeline(r), target) if target else None for r in group]
         summary[recipe] = {
             "label": EXPERIMENTS[experiment][recipe], "seeds": sorted(r["seed"] for r in group),
             "top1": mean_interval([r["top1"] for r in group]),
@@ -285,7 +460,18 @@ def summarize(rows: list[dict], experiment: str) -> dict:
                                   if any(s is not None for s in reach) else None),
             "reached": sum(s is not None for s in reach),
             "final_val_top1": mean_interval([r["curve"][-1]["val_top1"] for r in group]),
+            "final_top1": mean_interval([timeline(r)[-1]["val_top1"] for r in group]),
         }
+        rate = rates.get(recipe)
+        if rate is not None:
+            lines = [timeline(r, rate) for r in group]
+            quiet_reach = [first_reach(line, target) if target else None for line in lines]
+            summary[recipe].update({
+                "rate": rate,
+                "quiet_seconds": mean_interval([line[-1]["train_seconds"] for line in lines]),
+                "quiet_seconds_to_target": (
+                    mean_interval([q for q in quiet_reach if q is not None])
+                    if any(q is not None for q in quiet_reach) else None)})
     return summary
 
 
@@ -297,10 +483,39 @@ def _interval(result: dict | None, digits: int = 4) -> str:
     return f"{result['mean']:.{digits}f} +/- {result['half_width']:.{digits}f}"
 
 
+def claim_b(summary: dict, experiment: str) -> list[str]:
+    """One line per recipe: when it first reaches the reference's final validation top-1 at
+    the quiet rates, against the reference's own time to it (or how far below it ends)."""
+    reference = summary.get(REFERENCE[experiment])
+    if reference is None or reference["target"] is None:
+        return []
+    lines = [f"claim (b), target {reference['target']:.4f} (the reference's mean final "
+             "validation top-1); seconds at the speed pass's quiet rates:"]
+    base = reference.get("quiet_seconds_to_target")
+    for recipe, s in summary.items():
+        if "quiet_seconds" not in s:
+            lines.append(f"  {s['label']}: no speed row (--speed-rounds)")
+            continue
+        reach = s["quiet_seconds_to_target"]
+        seeds = len(s["seeds"])
+        if reach is None:
+            lines.append(f"  {s['label']}: never reaches it ({seeds} seed(s)); ends at "
+                         f"{_interval(s['final_top1'])}, "
+                         f"{reference['target'] - s['final_top1']['mean']:.4f} below, after "
+                         f"{s['quiet_seconds']['mean']:.0f} s")
+            continue
+        ratio = (f", {reach['mean'] / base['mean']:.2f}x the reference's"
+                 if base and recipe != REFERENCE[experiment] else "")
+        lines.append(f"  {s['label']}: reaches it after {_interval(reach, 0)} s in "
+                     f"{s['reached']} of {seeds} seed(s){ratio}")
+    return lines
+
+
 def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dict:
     rows = [r for r in (read_rows(path) if path.exists() else [])
             if bool(r.get("quick")) == quick and bool(r.get("smoke")) == smoke]
-    summary = summarize(rows, experiment)
+    rates = speed_rates(path.with_name(SPEED_FILE), experiment, quick, smoke)
+    summary = summarize(rows, experiment, rates)
     kind = " (smoke pass)" if smoke else " (quick pass)" if quick else ""
     print(f"\n{experiment}{kind}: {len(summary)} recipes")
     print(f"{'recipe':28s} {'test top-1':>18s} {'flip':>18s} {'train s':>16s} "
@@ -310,6 +525,20 @@ def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dic
               f"{_interval(s['train_seconds'], 0):>16s} "
               f"{_interval(s['images_per_second'], 0):>14s} "
               f"{_interval(s['seconds_to_target'], 0):>16s} {s['seeds']} {s['quiet']}")
+    if rates:
+        print(f"\nat the speed pass's quiet rates ({SPEED_FILE}, best round):")
+        print(f"{'recipe':28s} {'train img/s':>12s} {'fine-tune':>10s} {'rounds':>6s} "
+              f"{'spread':>7s} {'run s':>16s} quiet")
+        for s in summary.values():
+            rate = s.get("rate")
+            if rate is None:
+                continue
+            tune = f"{rate['finetune']:.0f}" if rate["finetune"] else "-"
+            print(f"{s['label']:28s} {rate['train']:12.0f} {tune:>10s} {rate['rounds']:6d} "
+                  f"{rate['spread']:7.2f} {_interval(s['quiet_seconds'], 0):>16s} "
+                  f"{rate['quiet']}")
+        for line in claim_b(summary, experiment):
+            print(line)
     reference = summary.get(REFERENCE[experiment])
     for recipe, s in summary.items():
         if reference is None or recipe == REFERENCE[experiment]:
@@ -340,8 +569,9 @@ def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
         if row.get("experiment") == experiment:
             by_recipe.setdefault(row["recipe"], []).append(row)
     for recipe, group in by_recipe.items():
-        epochs = min(len(r["curve"]) for r in group)
-        points = [[r["curve"][e] for r in group] for e in range(epochs)]
+        lines = [timeline(r) for r in group]
+        epochs = min(len(line) for line in lines)
+        points = [[line[e] for line in lines] for e in range(epochs)]
         points = [p for p in points if all(q["val_top1"] is not None for q in p)]
         if not points:
             continue
@@ -354,9 +584,9 @@ def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
         ax.fill_between(seconds, [min(q["val_top1"] for q in p) for p in points],
                         [max(q["val_top1"] for q in p) for p in points],
                         color=handle.get_color(), alpha=0.15)
-        finals = [(r["train_seconds"], r["val_top1"]) for r in group
-                  if r.get("val_top1") is not None and r.get("train_seconds") is not None]
-        if finals and group[0].get("finetune_epochs"):
+        finals = [(line[-1]["train_seconds"], line[-1]["val_top1"]) for line in lines
+                  if line and line[-1]["finetuned"]]
+        if finals:
             ax.plot(*zip(*finals), "*", color=handle.get_color(), markersize=9)
     ax.set_xlabel("training seconds (validation and checkpoints excluded)")
     ax.set_ylabel("validation top-1 (band: lowest to highest seed)")
@@ -386,6 +616,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-timeout", type=float, default=6 * 3600.0,
                         help="seconds one training or evaluation command may take")
     parser.add_argument("--load-every", type=float, default=LOAD_SAMPLE_SECONDS)
+    parser.add_argument("--speed-rounds", type=int, default=0,
+                        help="after the training runs, measure each recipe's training and "
+                             "fine-tune images/s this many rounds (one short epoch each, "
+                             "interleaved; run it on a quiet machine), rows in "
+                             f"{SPEED_FILE}; the report then gives seconds at those rates")
+    parser.add_argument("--speed-only", action="store_true",
+                        help="train no full schedule: only the speed pass and the report")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: summarize and chart the rows already written")
     parser.add_argument("--output-dir", default=None,
@@ -396,6 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.speed_rounds < 0 or (args.speed_only and not args.speed_rounds):
+        parser.error(f"--speed-rounds must be a whole number >= 0 (>= 1 with --speed-only), "
+                     f"received {args.speed_rounds}")
     recipes = args.recipes or list(EXPERIMENTS[args.experiment])
     unknown = [r for r in recipes if r not in EXPERIMENTS[args.experiment]]
     if unknown:
@@ -414,7 +654,7 @@ def main(argv=None) -> dict:
         else REPO / "runs" / ("bench-fashion-quick" if args.quick else "bench-fashion"))
     path = output / RESULTS_FILE
     try:
-        if not args.report_only:
+        if not args.report_only and not args.speed_only:
             done = done_keys(path)
             for seed in args.seeds:
                 for recipe in recipes:
@@ -430,6 +670,8 @@ def main(argv=None) -> dict:
                           f"{row['images_per_second']:.0f} img/s, load "
                           f"{row['load_average_mean']}; {time.perf_counter() - started:.0f} s",
                           flush=True)
+        if not args.report_only and args.speed_rounds:
+            speed_pass(args.experiment, recipes, args, path.with_name(SPEED_FILE), runs)
         return report(path, args.experiment, args.quick, args.smoke)
     finally:
         if scratch is not None:

@@ -76,3 +76,78 @@ def test_every_recipe_is_a_committed_flagfile_that_keeps_the_mod_32_rule(experim
                       if line.startswith("--") and "=" in line)
         assert int(values["train_resolution"]) % 32 == int(values["test_resolution"]) % 32
     assert protocol.REFERENCE[experiment] in protocol.EXPERIMENTS[experiment]
+
+
+def test_finetune_cost_counts_the_fine_tune_epochs_images_at_its_rate():
+    trained = {"global_batch_size": 64, "finetune_global_batch_size": 32,
+               "train_examples": 55000, "finetune_images_per_second": 250.0,
+               "config": {"mode": "train_and_finetune", "finetune_epochs": 2,
+                          "updates_per_epoch": 0}}
+    images, seconds = protocol.finetune_cost(trained)
+    assert images == 2 * (55000 // 32) * 32 == 109952
+    assert seconds == pytest.approx(109952 / 250.0)
+    trained["config"]["mode"] = "train"
+    assert protocol.finetune_cost(trained) == (0, None)
+
+
+def _finetuned(row, finetune_seconds, after, finetune_images=6400):
+    return {**row, "finetune_images": finetune_images, "finetune_seconds": finetune_seconds,
+            "val_top1": after, "epochs": len(row["curve"]),
+            "train_images": 12800 * len(row["curve"])}
+
+
+def test_a_fine_tuned_run_reaches_the_target_only_after_its_fine_tune():
+    reference = "96-g1-bn-native"
+    rows = [_row(reference, 0, [(0.80, 100.0), (0.90, 200.0)], 0.89),
+            _finetuned(_row("96-g16-lnpn-reduced", 0, [(0.60, 40.0), (0.70, 80.0)], 0.9),
+                       finetune_seconds=15.0, after=0.93)]
+    line = protocol.timeline(rows[1])
+    assert [p["train_seconds"] for p in line] == [40.0, 80.0, 95.0]
+    assert [p["finetuned"] for p in line] == [False, False, True]
+    summary = protocol.summarize(rows, "table96")
+    reduced = summary["96-g16-lnpn-reduced"]
+    assert reduced["seconds_to_target"]["mean"] == 95.0  # 80 s of training + 15 of fine-tune
+    assert reduced["final_top1"]["mean"] == 0.93
+
+
+def test_quiet_rates_turn_images_seen_into_seconds():
+    reference = "96-g1-bn-native"
+    ref = {**_row(reference, 0, [(0.80, 999.0), (0.90, 1999.0)], 0.89),
+           "epochs": 2, "train_images": 2 * 12800}
+    reduced = _finetuned(_row("96-g16-lnpn-reduced", 0, [(0.85, 40.0), (0.88, 80.0)], 0.9),
+                         finetune_seconds=15.0, after=0.91)
+    rates = {reference: {"train": 64.0, "finetune": None},
+             "96-g16-lnpn-reduced": {"train": 256.0, "finetune": 128.0}}
+    summary = protocol.summarize([ref, reduced], "table96", rates)
+    # The reference: 12,800 images an epoch at 64 img/s, 200 s an epoch; reaches 0.90 at 400.
+    assert summary[reference]["quiet_seconds_to_target"]["mean"] == pytest.approx(400.0)
+    # Reduced: 2 epochs at 256 img/s (100 s), then 6,400 fine-tune images at 128 (50 s).
+    assert summary["96-g16-lnpn-reduced"]["quiet_seconds"]["mean"] == pytest.approx(150.0)
+    assert summary["96-g16-lnpn-reduced"]["quiet_seconds_to_target"]["mean"] == \
+        pytest.approx(150.0)
+    lines = protocol.claim_b(summary, "table96")
+    assert "0.38x the reference's" in lines[2]  # 150 / 400 = 0.375
+    rates["96-g16-lnpn-reduced"]["finetune"] = None  # no fine-tune rate: its own seconds
+    summary = protocol.summarize([ref, reduced], "table96", rates)
+    assert summary["96-g16-lnpn-reduced"]["quiet_seconds"]["mean"] == pytest.approx(115.0)
+
+
+def test_speed_rates_keep_the_best_round_of_the_current_recipe_text(tmp_path):
+    overrides = dict(protocol.SPEED)
+    recipe = "96-g16-lnpn-reduced"
+
+    def row(round_, ips, tune, digest=None, quiet=True):
+        key = json.loads(protocol.speed_key(recipe, round_, overrides))
+        key["digest"] = digest or key["digest"]
+        return {"experiment": "table96", "recipe": recipe, "images_per_second": ips,
+                "finetune_images_per_second": tune, "run_key": json.dumps(key),
+                "overrides": overrides, "quiet": quiet, "load_average_mean": 1.0}
+
+    path = tmp_path / protocol.SPEED_FILE
+    path.write_text("\n".join(json.dumps(r) for r in [
+        row(0, 200.0, 100.0), row(1, 250.0, 90.0, quiet=False),
+        row(2, 999.0, 999.0, digest="an-older-recipe")]) + "\n")
+    rates = protocol.speed_rates(path, "table96", quick=False, smoke=False)
+    assert rates[recipe]["train"] == 250.0 and rates[recipe]["finetune"] == 100.0
+    assert rates[recipe]["rounds"] == 2 and rates[recipe]["spread"] == 0.25
+    assert rates[recipe]["quiet"] is False
