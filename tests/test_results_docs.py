@@ -1,6 +1,6 @@
-"""The native40 tables of README.md and docs/results.md against the rows they are read from,
-benchmarks/results/fashion_protocol.jsonl: a row that lands, or a figure edited by hand, without
-the other fails here. Mean over the seeds, 95% Student-t half-width from SciPy where a cell has
+"""The native40 and claim (a) tables of README.md and docs/results.md against the rows they are
+read from, benchmarks/results/fashion_protocol.jsonl and fashion_microbatch_long.jsonl: a row that
+lands, or a figure edited by hand, without the other fails here. Mean over the seeds, 95% Student-t half-width from SciPy where a cell has
 one, rounded as the tables print them."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "benchmarks" / "results" / "fashion_protocol.jsonl"
+MICROBATCH_ROWS = REPO / "benchmarks" / "results" / "fashion_microbatch_long.jsonl"
 # A table row's first word -> the native40 recipe it reports.
 RECIPES = {"G1-BN": "g1-bn-native", "G1-GN": "g1-gn-native", "G16-GN": "g16-gn-native",
            "G16-LN+PN": "g16-lnpn-native"}
@@ -34,10 +35,11 @@ def native40_rows() -> dict[str, list[dict]]:
     return by_recipe
 
 
-def native40_table(path: Path) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of the first table whose header starts with '| native 40 px'."""
+def native40_table(path: Path, opening: str = "| native 40 px") -> tuple[list[str],
+                                                                         list[list[str]]]:
+    """The header and rows of the first table whose header starts with `opening`."""
     lines = path.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| native 40 px"))
+    start = next(i for i, line in enumerate(lines) if line.startswith(opening))
     header = [cell.strip() for cell in lines[start].strip("|").split("|")]
     body = []
     for line in lines[start + 2:]:
@@ -89,3 +91,38 @@ def test_the_claim_b_reading_is_the_reference_curve():
         text = " ".join((REPO / document).read_text().split())
         assert f"{target:.4f}" in text, document
         assert f"after {sum(reach) / len(reach):.0f} training seconds" in text, document
+
+
+def check_cell(cell: str, values: list[float], digits: int, where) -> None:
+    """`cell` prints mean (and, from 2 values, the 95% t half-width) of `values`; '-' for none."""
+    if not values:
+        assert cell == "-", where
+        return
+    mean, half_width = expected(values, digits)
+    numbers = [float(n) for n in re.findall(r"[-+]?\d+(?:\.\d+)?", cell)]
+    assert numbers[0] == pytest.approx(mean, abs=0.5 * 10 ** -digits), where
+    if half_width is None:
+        assert len(numbers) == 1, (where, "one seed has no interval")
+    else:
+        assert numbers[1] == pytest.approx(half_width, abs=0.5 * 10 ** -digits), where
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/results.md"])
+def test_the_claim_a_table_holds_the_long_schedules_rows(document):
+    # Test top-1 per norm at micro-batch 32 and 2, and their difference over the seeds both
+    # have (paired, as bench_fashion's report takes it).
+    rows: dict = {}
+    for line in MICROBATCH_ROWS.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("schedule_name") == "long" and not row.get("quick"):
+            rows.setdefault((row["variant"], row["micro_batch"]), {})[row["seed"]] = row["top1"]
+    header, body = native40_table(REPO / document, "| claim (a)")
+    assert {cells[0] for cells in body} == {"BN", "GN", "LN", "LN+PN"}
+    for cells in body:
+        small, large = rows.get((cells[0], 2), {}), rows.get((cells[0], 32), {})
+        both = sorted(set(small) & set(large))
+        assert cells[header.index("seeds")] == f"{len(large)} / {len(small)}", cells[0]
+        check_cell(cells[header.index("micro-batch 32")], list(large.values()), 4, cells)
+        check_cell(cells[header.index("micro-batch 2")], list(small.values()), 4, cells)
+        check_cell(cells[header.index("micro-batch 2 - 32")],
+                   [small[seed] - large[seed] for seed in both], 4, cells)
