@@ -336,7 +336,9 @@ def measure_speed(experiment: str, recipe: str, round_: int, args, path: Path, r
         train_resolution=config["train_resolution"], test_resolution=config["test_resolution"],
         finetune_images_per_second=(round(trained["finetune_images_per_second"], 3)
                                     if tune_seconds else None),
-        seconds=round(trained["wall_seconds"], 1), **sampler.summary())
+        seconds=round(trained["wall_seconds"], 1),
+        onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default"),
+        **sampler.summary())
     write_speed_row(path, row)
     shutil.rmtree(run_dir, ignore_errors=True)
     return row
@@ -549,13 +551,15 @@ def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dic
                   f"({'separated' if diff['separated'] else 'not separated'})")
     if rows and summary:
         draw_curves(path.with_name(f"fashion_protocol_{experiment}"
-                                   f"{'_quick' if quick else ''}.png"), rows, experiment)
+                                   f"{'_quick' if quick else ''}.png"), rows, experiment, rates)
     return summary
 
 
-def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
+def draw_curves(png: Path, rows: list[dict], experiment: str,
+                rates: dict | None = None) -> Path | None:
     """Validation top-1 against training seconds: per recipe, the mean over seeds at each epoch
-    with a band from the lowest to the highest seed."""
+    with a band from the lowest to the highest seed. Where `rates` (the speed pass) covers every
+    recipe drawn, the seconds are at those quiet rates, else each run's own."""
     try:
         from benchmarks import charts
 
@@ -568,8 +572,9 @@ def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
     for row in rows:
         if row.get("experiment") == experiment:
             by_recipe.setdefault(row["recipe"], []).append(row)
+    quiet_axis = bool(rates) and all(recipe in rates for recipe in by_recipe)
     for recipe, group in by_recipe.items():
-        lines = [timeline(r) for r in group]
+        lines = [timeline(r, rates[recipe] if quiet_axis else None) for r in group]
         epochs = min(len(line) for line in lines)
         points = [[line[e] for line in lines] for e in range(epochs)]
         points = [p for p in points if all(q["val_top1"] is not None for q in p)]
@@ -578,7 +583,8 @@ def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
         seconds = [sum(q["train_seconds"] for q in p) / len(p) for p in points]
         means = [sum(q["val_top1"] for q in p) / len(p) for p in points]
         seeds = f"{len(group)} seed{'s' if len(group) != 1 else ''}"
-        quiet = "" if all(r.get("quiet") for r in group) else ", seconds loaded"
+        quiet = ("" if quiet_axis or all(r.get("quiet") for r in group)
+                 else ", seconds loaded")
         handle, = ax.plot(seconds, means, "o-", markersize=3,
                           label=f"{EXPERIMENTS[experiment][recipe]} ({seeds}{quiet})")
         ax.fill_between(seconds, [min(q["val_top1"] for q in p) for p in points],
@@ -588,7 +594,8 @@ def draw_curves(png: Path, rows: list[dict], experiment: str) -> Path | None:
                   if line and line[-1]["finetuned"]]
         if finals:
             ax.plot(*zip(*finals), "*", color=handle.get_color(), markersize=9)
-    ax.set_xlabel("training seconds (validation and checkpoints excluded)")
+    ax.set_xlabel("training seconds at the speed pass's quiet rates (images seen / images/s)"
+                  if quiet_axis else "training seconds (validation and checkpoints excluded)")
     ax.set_ylabel("validation top-1 (band: lowest to highest seed)")
     ax.set_title(f"Fashion-MNIST, {experiment}: validation top-1 against training time "
                  "(stars: after the head fine-tune)", fontsize=9)
