@@ -1,7 +1,8 @@
 """The native40 and claim (a) tables of README.md and docs/results.md against the rows they are
 read from, benchmarks/results/fashion_protocol.jsonl and fashion_microbatch_long.jsonl: a row that
-lands, or a figure edited by hand, without the other fails here. Mean over the seeds, 95% Student-t half-width from SciPy where a cell has
-one, rounded as the tables print them."""
+lands, or a figure edited by hand, without the other fails here. Mean over the seeds, 95%
+Student-t half-width from SciPy where a cell has one, rounded as the tables print them; the quiet
+columns from the speed pass's best round (fashion_protocol_speed.jsonl)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from scipy import stats
 REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "benchmarks" / "results" / "fashion_protocol.jsonl"
 MICROBATCH_ROWS = REPO / "benchmarks" / "results" / "fashion_microbatch_long.jsonl"
+SPEED_ROWS = REPO / "benchmarks" / "results" / "fashion_protocol_speed.jsonl"
 # A table row's first word -> the native40 recipe it reports.
 RECIPES = {"G1-BN": "g1-bn-native", "G1-GN": "g1-gn-native", "G16-GN": "g16-gn-native",
            "G16-LN+PN": "g16-lnpn-native"}
@@ -22,7 +24,19 @@ RECIPES = {"G1-BN": "g1-bn-native", "G1-GN": "g1-gn-native", "G16-GN": "g16-gn-n
 COLUMNS = {"test top-1": ("top1", 4), "with flip": ("flip_top1", 4),
            "final validation top-1": ("val_top1", 4), "training s (loaded)": ("train_seconds", 0),
            "images/s (loaded)": ("images_per_second", 0)}
+# Columns at the speed pass's rates: its best round's images/s, and the images a run trained on
+# over that rate.
+QUIET_COLUMNS = ("images/s (quiet)", "training s (quiet rate)")
 NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+def speed_rows() -> dict[str, list[dict]]:
+    by_recipe: dict[str, list[dict]] = {}
+    for line in SPEED_ROWS.read_text().splitlines():
+        row = json.loads(line)
+        if not row.get("quick") and not row.get("smoke"):
+            by_recipe.setdefault(row["recipe"], []).append(row)
+    return by_recipe
 
 
 def native40_rows() -> dict[str, list[dict]]:
@@ -63,10 +77,17 @@ def test_the_native40_table_holds_the_rows_figures(document):
     rows = native40_rows()
     assert {cells[0].split()[0] for cells in body} == set(RECIPES)
     assert "seeds" in header and "test top-1" in header
+    assert set(QUIET_COLUMNS) <= set(header)
     for cells in body:
         own = rows[RECIPES[cells[0].split()[0]]]
         assert int(cells[header.index("seeds")]) == len(own), cells[0]
         for column, cell in zip(header, cells):
+            if column in QUIET_COLUMNS:
+                best = max(r["images_per_second"] for r in speed_rows()[own[0]["recipe"]])
+                value = (best if column == "images/s (quiet)"
+                         else sum(r["train_images"] / best for r in own) / len(own))
+                assert float(cell) == pytest.approx(round(value), abs=0.5), (cells[0], column)
+                continue
             if column not in COLUMNS:
                 continue
             field, digits = COLUMNS[column]
@@ -87,10 +108,16 @@ def test_the_claim_b_reading_is_the_reference_curve():
     target = sum(r["curve"][-1]["val_top1"] for r in reference) / len(reference)
     reach = [next(p["train_seconds"] for p in r["curve"] if p["val_top1"] >= target)
              for r in reference if any(p["val_top1"] >= target for p in r["curve"])]
+    # The same epochs at the speed pass's best quiet rate: the images seen by then over it.
+    rate = max(r["images_per_second"] for r in speed_rows()["g1-bn-native"])
+    quiet = [next(p["epoch"] for p in r["curve"] if p["val_top1"] >= target)
+             * r["train_images"] / r["epochs"] / rate
+             for r in reference if any(p["val_top1"] >= target for p in r["curve"])]
     for document in ("README.md", "docs/results.md"):
         text = " ".join((REPO / document).read_text().split())
         assert f"{target:.4f}" in text, document
         assert f"after {sum(reach) / len(reach):.0f} training seconds" in text, document
+        assert f"{sum(quiet) / len(quiet):.0f} s at its quiet rate" in text, document
 
 
 def check_cell(cell: str, values: list[float], digits: int, where) -> None:
@@ -126,3 +153,24 @@ def test_the_claim_a_table_holds_the_long_schedules_rows(document):
         check_cell(cells[header.index("micro-batch 2")], list(small.values()), 4, cells)
         check_cell(cells[header.index("micro-batch 2 - 32")],
                    [small[seed] - large[seed] for seed in both], 4, cells)
+
+
+def test_the_table96_speed_table_holds_the_speed_pass_best_rounds():
+    header, body = native40_table(REPO / "docs/results.md", "| table96 recipe")
+    rates = speed_rows()
+    labels = {rows[0]["variant"]: recipe for recipe, rows in rates.items()
+              if rows[0]["experiment"] == "table96"}
+    assert {cells[0] for cells in body} == set(labels)
+    reference = max(r["images_per_second"] for r in rates["96-g1-bn-native"])
+    for cells in body:
+        own = rates[labels[cells[0]]]
+        train = max(r["images_per_second"] for r in own)
+        tunes = [r["finetune_images_per_second"] for r in own
+                 if r.get("finetune_images_per_second")]
+        assert int(cells[header.index("trains at px")]) == own[0]["train_resolution"]
+        assert float(cells[header.index("training images/s (quiet)")]) == pytest.approx(
+            round(train), abs=0.5), cells[0]
+        tune = cells[header.index("fine-tune images/s (quiet)")]
+        assert (tune == "-") if not tunes else float(tune) == pytest.approx(round(max(tunes)),
+                                                                             abs=0.5), cells[0]
+        assert float(cells[-1]) == pytest.approx(round(train / reference, 2), abs=0.005)
