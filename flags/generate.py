@@ -343,6 +343,17 @@ FASHION_MEASURED = {
                      "of 0.93); seed 0 on a quiet 2-core AMD EPYC: 1136 s wall for the 22 "
                      "epochs at 1137 img/s, validation top-1 0.929 (0.933 with flips)"),
 }
+# Each recipe's training and head fine-tune images/s on a quiet 2-core AMD EPYC (oneDNN off, as
+# the protocol's runs trained): the best of 2 interleaved rounds of bench_fashion_protocol's
+# speed pass (benchmarks/results/fashion_protocol_speed.jsonl; tests hold the two equal).
+FASHION_RATES = {
+    "g1-bn-native": (783, None), "g1-gn-native": (826, None), "g16-gn-native": (715, None),
+    "g16-lnpn-native": (608, None), "96-g1-bn-native": (215, None),
+    "96-g1-gn-native": (183, 504), "96-g16-gn-native": (174, 550),
+    "96-g16-lnpn-native": (205, 649), "96-g16-gn-reduced": (377, 537),
+    "96-g16-lnpn-reduced": (395, 620),
+}
+FASHION_EPOCH_IMAGES = 55_000 // 64 * 64  # whole micro-batches of 64 from one pass of `train`
 # The probes that chose the 96 px protocol (seed 0, 3 epochs, G16-LN+PN, validation top-1,
 # 2 shared cores under load: seconds compare within this list only).
 FASHION_PROBES = (
@@ -383,7 +394,15 @@ def fashion_mnist(recipe: str) -> str:
     measured = FASHION_MEASURED.get(
         recipe, "not yet at this length; `make benchmark-fashion-protocol` runs it "
         "(3 seeds) and writes its rows to benchmarks/results/fashion_protocol.jsonl")
-    measured = textwrap.fill(f"Measured: {measured}.", width=98, initial_indent="# ",
+    rate, tune = FASHION_RATES.get(recipe, (None, None))
+    if rate is None:
+        cost = "Cost: not measured yet (bench_fashion_protocol --speed-only --speed-rounds 2)"
+    else:
+        cost = (f"Cost on a quiet 2-core AMD EPYC (oneDNN off): {rate} training img/s, "
+                f"{FASHION_EPOCH_IMAGES / rate:.0f} s an epoch at {train}px")
+        if finetuned:
+            cost += f"; the head fine-tune {tune} img/s, {FASHION_EPOCH_IMAGES / tune:.0f} s"
+    measured = textwrap.fill(f"Measured: {measured}. {cost}.", width=98, initial_indent="# ",
                              subsequent_indent="# ", break_on_hyphens=False)
     if train < test:
         measured += "\n" + textwrap.fill(f"{FASHION_PROBES}.", width=98, initial_indent="# ",

@@ -174,3 +174,22 @@ def test_the_table96_speed_table_holds_the_speed_pass_best_rounds():
         assert (tune == "-") if not tunes else float(tune) == pytest.approx(round(max(tunes)),
                                                                              abs=0.5), cells[0]
         assert float(cells[-1]) == pytest.approx(round(train / reference, 2), abs=0.005)
+
+
+def test_the_recipes_cost_lines_hold_the_speed_pass_best_rounds():
+    # flags/generate.py writes each Fashion-MNIST recipe's quiet rates into its header.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate", REPO / "flags" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    rates = speed_rows()
+    assert set(generate.FASHION_RATES) == set(rates)
+    for recipe, (train, tune) in generate.FASHION_RATES.items():
+        assert train == round(max(r["images_per_second"] for r in rates[recipe])), recipe
+        tunes = [r["finetune_images_per_second"] for r in rates[recipe]
+                 if r.get("finetune_images_per_second")]
+        assert tune == (round(max(tunes)) if tunes else None), recipe
+        header = (REPO / "flags" / f"fashion-mnist-{recipe}.flags").read_text()
+        assert f"{train} training img/s, {55000 // 64 * 64 / train:.0f} s an epoch" in " ".join(
+            line.lstrip("# ") for line in header.splitlines()), recipe
