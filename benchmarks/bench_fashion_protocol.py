@@ -290,10 +290,6 @@ def speed_key(recipe: str, round_: int, overrides: dict) -> str:
                        "digest": recipe_digest(recipe, overrides)}, sort_keys=True)
 
 
-def speed_keys(path: Path) -> set[str]:
-    return {r["run_key"] for r in read_rows(path) if "run_key" in r} if path.exists() else set()
-
-
 def write_speed_row(path: Path, row: dict) -> None:
     """Appends one checked row and flushes it to disk (a stopped pass keeps the rounds done)."""
     validate_row(row)
@@ -348,7 +344,7 @@ def speed_pass(experiment: str, recipes: list[str], args, path: Path, runs: Path
     """`--speed-rounds` rounds, the recipes interleaved within each (the reference first, so
     that each row's ratio is to the reference measured in the same round); rounds already in
     the file are skipped."""
-    done = speed_keys(path)
+    done = done_keys(path)
     ordered = sorted(recipes, key=lambda r: r != REFERENCE[experiment])
     for round_ in range(args.speed_rounds):
         reference_ips = None
