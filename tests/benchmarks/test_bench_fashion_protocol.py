@@ -151,3 +151,30 @@ def test_speed_rates_keep_the_best_round_of_the_current_recipe_text(tmp_path):
     assert rates[recipe]["train"] == 250.0 and rates[recipe]["finetune"] == 100.0
     assert rates[recipe]["rounds"] == 2 and rates[recipe]["spread"] == 0.25
     assert rates[recipe]["quiet"] is False
+
+
+def test_the_speed_pass_measures_the_reference_first_and_skips_rounds_it_has(tmp_path,
+                                                                          monkeypatch):
+    calls = []
+
+    def fake_measure(experiment, recipe, round_, args, path, runs, reference_ips):
+        calls.append((recipe, round_, reference_ips))
+        row = {"run_key": protocol.speed_key(recipe, round_, protocol.speed_overrides(args)),
+               "images_per_second": 100.0 + round_, "finetune_images_per_second": None,
+               "load_average_mean": 1.0}
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        return row
+
+    monkeypatch.setattr(protocol, "measure_speed", fake_measure)
+    args = protocol.build_parser().parse_args(["table96", "--speed-rounds", "2"])
+    path = tmp_path / protocol.SPEED_FILE
+    recipes = ["96-g16-lnpn-reduced", "96-g1-bn-native"]
+    protocol.speed_pass("table96", recipes, args, path, tmp_path)
+    # The reference leads each round, and the others get its rate from the same round.
+    assert calls == [("96-g1-bn-native", 0, None), ("96-g16-lnpn-reduced", 0, 100.0),
+                     ("96-g1-bn-native", 1, None), ("96-g16-lnpn-reduced", 1, 101.0)]
+    calls.clear()
+    args.speed_rounds = 3  # a third round: the first two are in the file
+    protocol.speed_pass("table96", recipes, args, path, tmp_path)
+    assert calls == [("96-g1-bn-native", 2, None), ("96-g16-lnpn-reduced", 2, 102.0)]
