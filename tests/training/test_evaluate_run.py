@@ -49,6 +49,11 @@ def test_the_run_writes_its_resolved_configuration(run):
     assert (record["train_resolution"], record["test_resolution"]) == (32, 64)
     assert record["num_classes"] == results["num_classes"] == 10
     assert record["class_names"] == [str(k) for k in range(10)]
+    # What bench_fashion_protocol reads to count the fine-tune's images and seconds (its rows'
+    # finetune_* fields): the fine-tune's own global batch and measured rate.
+    assert results["finetune_global_batch_size"] == 16  # smoke.flags: micro-batch 16, 1 replica
+    assert results["finetune_images_per_second"] > 0
+    assert results["mode"] == "train_and_finetune" and results["finetune_epochs"] >= 1
 
 
 def test_evaluate_with_no_other_flag_reproduces_the_final_top1(run, capsys, monkeypatch,
