@@ -193,3 +193,33 @@ def test_the_recipes_cost_lines_hold_the_speed_pass_best_rounds():
         header = (REPO / "flags" / f"fashion-mnist-{recipe}.flags").read_text()
         assert f"{train} training img/s, {55000 // 64 * 64 / train:.0f} s an epoch" in " ".join(
             line.lstrip("# ") for line in header.splitlines()), recipe
+
+
+@pytest.mark.parametrize("document", ["README.md", "docs/results.md"])
+def test_the_table96_table_holds_the_rows_figures(document):
+    # One line per table96 recipe with rows, named by the rows' variant label; the quiet
+    # seconds count the head fine-tune's images at its own quiet rate where there is one.
+    rows: dict[str, list[dict]] = {}
+    for line in ROWS.read_text().splitlines():
+        row = json.loads(line)
+        if row["experiment"] == "table96" and not row.get("quick") and not row.get("smoke"):
+            rows.setdefault(row["variant"], []).append(row)
+    header, body = native40_table(REPO / document, "| test 96 px")
+    assert {cells[0] for cells in body} == set(rows)
+    rates = speed_rows()
+    for cells in body:
+        own = rows[cells[0]]
+        assert int(cells[header.index("seeds")]) == len(own), cells[0]
+        for column, field in (("test top-1", "top1"), ("with flip", "flip_top1"),
+                              ("final validation top-1", "val_top1")):
+            check_cell(cells[header.index(column)], [r[field] for r in own], 4, cells)
+        speed = rates[own[0]["recipe"]]
+        train = max(r["images_per_second"] for r in speed)
+        tunes = [r["finetune_images_per_second"] for r in speed
+                 if r.get("finetune_images_per_second")]
+        seconds = [r["train_images"] / train
+                   + (r["finetune_images"] / max(tunes) if r.get("finetune_images") else 0.0)
+                   for r in own]
+        assert float(cells[header.index("images/s (quiet)")]) == pytest.approx(round(train),
+                                                                                abs=0.5)
+        check_cell(cells[header.index("training s (quiet rate)")], seconds, 0, cells)
