@@ -160,6 +160,66 @@ def run_command(argv: list[str], log: Path, timeout: float) -> None:
                            + "\n".join(tail))
 
 
+RUN_KEY_FILE = "bench_run_key.json"
+
+
+def recipe_values(recipe: str, overrides: dict) -> dict[str, str]:
+    """The recipe's flags as written (`--name=value`; a bare `--name` is "true"), the run's own
+    flags aside, then the overrides."""
+    values = {}
+    for line in flagfile(recipe).read_text().splitlines():
+        if line.startswith("--"):
+            name, _, value = line[2:].partition("=")
+            if name not in RUN_FLAGS:
+                values[name] = value if _ else "true"
+    values.update({k: str(v) for k, v in overrides.items()})
+    return values
+
+
+def _same(recorded, written: str) -> bool:
+    if isinstance(recorded, bool):
+        return recorded == (written.lower() in ("true", "1"))
+    if isinstance(recorded, int | float):
+        try:
+            return abs(float(written) - recorded) <= 1e-9 * max(1.0, abs(recorded))
+        except ValueError:
+            return False
+    return str(recorded) == written
+
+
+def recorded_differences(run_dir: Path, recipe: str, overrides: dict) -> list[str]:
+    """The recipe flags whose value in the run's config.json differs from the recipe now (flags
+    that config.json does not record are not compared)."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return []
+    saved = json.loads(path.read_text()).get("config", {})
+    return [f"--{name} (run {saved[name]!r}, recipe {value!r})"
+            for name, value in recipe_values(recipe, overrides).items()
+            if name in saved and not _same(saved[name], value)]
+
+
+def run_dir_is_stale(run_dir: Path, key: str, recipe: str, overrides: dict) -> str | None:
+    """Why `run_dir` holds a run of another version of the recipe (None: it is this version's,
+    or empty). A directory the benchmark started records its run key; an older one without the
+    key counts as this version's while unfinished (it resumes as before) and, once finished,
+    when its config.json agrees with every flag of the recipe."""
+    marker = run_dir / RUN_KEY_FILE
+    if marker.is_file():
+        recorded = json.loads(marker.read_text()).get("run_key")
+        return None if recorded == key else "it was started for another version of the recipe"
+    if not (run_dir / "results.json").is_file():
+        return None
+    differences = recorded_differences(run_dir, recipe, overrides)
+    return ("it finished with " + "; ".join(differences)) if differences else None
+
+
+def atomic_write_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
 def read_curve(run_dir: Path) -> list[dict]:
     """The run's per-epoch validation against seconds, from its metrics.csv."""
     from keras_efficientnet.runs import record
@@ -255,9 +315,18 @@ def run_one(experiment: str, recipe: str, seed: int, args, path: Path, runs: Pat
     run_dir = runs / f"{recipe}-s{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{recipe}-s{seed}.log"
+    # A run of another version of the recipe is neither resumed nor reused: the training
+    # command starts afresh (--noresume moves the earlier run into run_dir/previous/).
+    stale = run_dir_is_stale(run_dir, key, recipe, overrides)
+    if stale:
+        print(f"  {run_dir}: {stale}; training afresh (the earlier run moves to "
+              f"{run_dir / 'previous'})", flush=True)
+    atomic_write_json(run_dir / RUN_KEY_FILE, {"run_key": key})
     with LoadSampler(args.load_every) as sampler:
-        if finished(run_dir) is None:  # else a stopped benchmark trained it already
-            run_command(command(recipe, seed, run_dir, overrides), log, args.run_timeout)
+        if stale or finished(run_dir) is None:  # else a stopped benchmark trained it already
+            extra = ("--noresume",) if stale else ()
+            run_command(command(recipe, seed, run_dir, overrides, *extra), log,
+                        args.run_timeout)
     trained = finished(run_dir)
     if trained is None:
         raise RuntimeError(f"{run_dir} has no results.json and model.keras after training")
@@ -509,9 +578,17 @@ def claim_b(summary: dict, experiment: str) -> list[str]:
     return lines
 
 
+def current(row: dict) -> bool:
+    """Whether `row` was measured with its recipe's flagfile as it is now (rows of earlier
+    versions stay in the file, as history, and are left out of the reading)."""
+    return (flagfile(row["recipe"]).is_file() and json.loads(row["run_key"])["digest"]
+            == recipe_digest(row["recipe"], row.get("overrides") or {}))
+
+
 def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dict:
     rows = [r for r in (read_rows(path) if path.exists() else [])
-            if bool(r.get("quick")) == quick and bool(r.get("smoke")) == smoke]
+            if bool(r.get("quick")) == quick and bool(r.get("smoke")) == smoke
+            and r.get("experiment") == experiment and current(r)]
     rates = speed_rates(path.with_name(SPEED_FILE), experiment, quick, smoke)
     summary = summarize(rows, experiment, rates)
     kind = " (smoke pass)" if smoke else " (quick pass)" if quick else ""

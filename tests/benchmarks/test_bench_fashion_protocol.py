@@ -178,3 +178,34 @@ def test_the_speed_pass_measures_the_reference_first_and_skips_rounds_it_has(tmp
     args.speed_rounds = 3  # a third round: the first two are in the file
     protocol.speed_pass("table96", recipes, args, path, tmp_path)
     assert calls == [("96-g1-bn-native", 2, None), ("96-g16-lnpn-reduced", 2, 102.0)]
+
+
+def test_a_run_directory_of_another_recipe_version_is_not_resumed_or_reused(tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.setattr(protocol, "FLAGS_DIR", tmp_path)
+    (tmp_path / "fashion-mnist-x.flags").write_text(
+        "# x\n--finetune_epochs=2\n--crop_area_min=0.444444\n--eval_flip\n--seed=0\n"
+        "--model_dir=runs/x\n--dataset=fashion_mnist\n")
+    key = protocol.run_key("x", 0, {})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    # Unfinished and without a key (started before keys were written): resumed as before.
+    assert protocol.run_dir_is_stale(run_dir, key, "x", {}) is None
+    # Finished without a key: compared flag by flag with its config.json.
+    config = {"finetune_epochs": 1, "crop_area_min": 0.444444, "eval_flip": True,
+              "dataset": "fashion_mnist", "seed": 7, "not_a_flag_of_the_recipe": 3}
+    (run_dir / "config.json").write_text(json.dumps({"config": config}))
+    (run_dir / "results.json").write_text("{}")
+    assert protocol.run_dir_is_stale(run_dir, key, "x", {}) == (
+        "it finished with --finetune_epochs (run 1, recipe '2')")
+    config["finetune_epochs"] = 2  # the seed is the run's own flag: not compared
+    (run_dir / "config.json").write_text(json.dumps({"config": config}))
+    assert protocol.run_dir_is_stale(run_dir, key, "x", {}) is None
+    config["eval_flip"] = False
+    (run_dir / "config.json").write_text(json.dumps({"config": config}))
+    assert "--eval_flip" in protocol.run_dir_is_stale(run_dir, key, "x", {})
+    # With the key written by the benchmark, the key alone decides.
+    protocol.atomic_write_json(run_dir / protocol.RUN_KEY_FILE, {"run_key": key})
+    assert protocol.run_dir_is_stale(run_dir, key, "x", {}) is None
+    assert protocol.run_dir_is_stale(run_dir, protocol.run_key("x", 0, {"epochs": 3}), "x",
+                                     {}) == "it was started for another version of the recipe"
