@@ -353,9 +353,9 @@ FASHION_MEASURED = {
 FASHION_RATES = {
     "g1-bn-native": (783, None), "g1-gn-native": (826, None), "g16-gn-native": (715, None),
     "g16-lnpn-native": (608, None), "96-g1-bn-native": (215, None),
-    "96-g1-gn-native": (183, 504), "96-g16-gn-native": (174, 550),
-    "96-g16-lnpn-native": (205, 649), "96-g16-gn-reduced": (377, 537),
-    "96-g16-lnpn-reduced": (395, 620),
+    "96-g1-gn-native": (188, 538), "96-g16-gn-native": (175, 522),
+    "96-g16-lnpn-native": (216, 637), "96-g16-gn-reduced": (383, 563),
+    "96-g16-lnpn-reduced": (402, 596),
 }
 FASHION_EPOCH_IMAGES = 55_000 // 64 * 64  # whole micro-batches of 64 from one pass of `train`
 # The probes that chose the 96 px protocol (seed 0, 3 epochs, G16-LN+PN, validation top-1,
