@@ -342,6 +342,10 @@ FASHION_RECIPES = {
 # Results measured on this project's 2-core machine (docs/results.md holds the
 # tables and the commands); recipes without an entry say they have not run at full length.
 FASHION_MEASURED = {
+    "96-g16-lnpn-reduced": ("seed 0: test top-1 0.8903 in one pass, 0.8927 with flip "
+                            "test-time augmentation, 0.043 below G1-BN native 96 (0.9332); "
+                            "validation top-1 0.899 at 64px, 0.742 at 96px before the head "
+                            "fine-tune, 0.894 after it (0.875 after a 1-epoch fine-tune)"),
     "g1-bn-native": ("seeds 0, 1, 2: test top-1 0.928 +/- 0.005 (95% t) in one pass, 0.931 +/- "
                      "0.004 with flip test-time augmentation (seed 0: 0.9262 / 0.9296, short "
                      "of 0.93); seed 0 on a quiet 2-core AMD EPYC: 1136 s wall for the 22 "
