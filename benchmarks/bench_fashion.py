@@ -209,10 +209,14 @@ def done_keys(path: Path) -> set[str]:
     return {row["run_key"] for row in read_rows(path) if "run_key" in row}
 
 
-def append_row(path: Path, row: dict) -> None:
-    """Appends one checked row as a JSON line and flushes it to disk (a stopped run keeps it)."""
+ROW_FIELDS = ("run_key", "seed", "top1", "seconds", "schedule")
+
+
+def append_row(path: Path, row: dict, required: tuple[str, ...] = ROW_FIELDS) -> None:
+    """Appends one checked row (the shared schema and the `required` fields) as a JSON line and
+    flushes it to disk (a stopped run keeps it)."""
     validate_row(row)
-    for field in ("run_key", "seed", "top1", "seconds", "schedule"):
+    for field in required:
         if field not in row:
             raise ValueError(f"fashion benchmark row lacks {field!r}")
     path.parent.mkdir(parents=True, exist_ok=True)

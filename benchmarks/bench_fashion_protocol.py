@@ -49,7 +49,8 @@ from pathlib import Path
 
 from benchmarks.bench_fashion import append_row, done_keys, mean_interval, paired_difference
 from benchmarks.charts import read_rows
-from benchmarks.common import machine, make_row, results_dir, smoke_dir, validate_row
+from benchmarks.common import machine, make_row, results_dir, smoke_dir
+from keras_efficientnet.atomic import write_atomically
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
@@ -214,12 +215,6 @@ def run_dir_is_stale(run_dir: Path, key: str, recipe: str, overrides: dict) -> s
     return ("it finished with " + "; ".join(differences)) if differences else None
 
 
-def atomic_write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def read_curve(run_dir: Path) -> list[dict]:
     """The run's per-epoch validation against seconds, from its metrics.csv."""
     from keras_efficientnet.runs import record
@@ -321,7 +316,7 @@ def run_one(experiment: str, recipe: str, seed: int, args, path: Path, runs: Pat
     if stale:
         print(f"  {run_dir}: {stale}; training afresh (the earlier run moves to "
               f"{run_dir / 'previous'})", flush=True)
-    atomic_write_json(run_dir / RUN_KEY_FILE, {"run_key": key})
+    write_atomically(run_dir / RUN_KEY_FILE, json.dumps({"run_key": key}) + "\n")
     with LoadSampler(args.load_every) as sampler:
         if stale or finished(run_dir) is None:  # else a stopped benchmark trained it already
             extra = ("--noresume",) if stale else ()
@@ -359,16 +354,6 @@ def speed_key(recipe: str, round_: int, overrides: dict) -> str:
                        "digest": recipe_digest(recipe, overrides)}, sort_keys=True)
 
 
-def write_speed_row(path: Path, row: dict) -> None:
-    """Appends one checked row and flushes it to disk (a stopped pass keeps the rounds done)."""
-    validate_row(row)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def measure_speed(experiment: str, recipe: str, round_: int, args, path: Path, runs: Path,
                   reference_ips: float | None) -> dict:
     """Runs the recipe's training command for one short epoch (and its fine-tune) in a fresh
@@ -404,7 +389,7 @@ def measure_speed(experiment: str, recipe: str, round_: int, args, path: Path, r
         seconds=round(trained["wall_seconds"], 1),
         onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default"),
         **sampler.summary())
-    write_speed_row(path, row)
+    append_row(path, row, required=("run_key", "round", "recipe"))
     shutil.rmtree(run_dir, ignore_errors=True)
     return row
 
@@ -413,7 +398,8 @@ def speed_pass(experiment: str, recipes: list[str], args, path: Path, runs: Path
     """`--speed-rounds` rounds, the recipes interleaved within each (the reference first, so
     that each row's ratio is to the reference measured in the same round); rounds already in
     the file are skipped."""
-    done = done_keys(path)
+    done = {r["run_key"]: r for r in (read_rows(path) if path.exists() else [])
+            if "run_key" in r}
     ordered = sorted(recipes, key=lambda r: r != REFERENCE[experiment])
     for round_ in range(args.speed_rounds):
         reference_ips = None
@@ -423,8 +409,7 @@ def speed_pass(experiment: str, recipes: list[str], args, path: Path, runs: Path
                 print(f"  speed round {round_} {recipe}: already in {path.name}, skipped",
                       flush=True)
                 if recipe == REFERENCE[experiment]:
-                    reference_ips = next(r["images_per_second"] for r in read_rows(path)
-                                         if r.get("run_key") == key)
+                    reference_ips = done[key]["images_per_second"]
                 continue
             row = measure_speed(experiment, recipe, round_, args, path, runs, reference_ips)
             if recipe == REFERENCE[experiment]:
@@ -439,9 +424,7 @@ def speed_rates(path: Path, experiment: str, quick: bool, smoke: bool) -> dict:
     slows a run down), the spread over rounds and whether every round was quiet."""
     rows = [r for r in (read_rows(path) if path.exists() else [])
             if r.get("experiment") == experiment and bool(r.get("quick")) == quick
-            and bool(r.get("smoke")) == smoke
-            and json.loads(r["run_key"])["digest"] == recipe_digest(
-                r["recipe"], r.get("overrides", {}))]
+            and bool(r.get("smoke")) == smoke and current(r)]
     rates: dict = {}
     for row in rows:
         rates.setdefault(row["recipe"], []).append(row)

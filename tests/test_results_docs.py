@@ -36,9 +36,8 @@ def speed_rows() -> dict[str, list[dict]]:
     by_recipe: dict[str, list[dict]] = {}
     for line in SPEED_ROWS.read_text().splitlines():
         row = json.loads(line)
-        if (not row.get("quick") and not row.get("smoke")  # of the recipes as they are now
-                and json.loads(row["run_key"])["digest"] == protocol.recipe_digest(
-                    row["recipe"], row.get("overrides") or {})):
+        if (not row.get("quick") and not row.get("smoke")
+                and protocol.current(row)):  # rows of the recipes as they are now
             by_recipe.setdefault(row["recipe"], []).append(row)
     return by_recipe
 

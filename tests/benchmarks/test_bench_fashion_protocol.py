@@ -205,7 +205,7 @@ def test_a_run_directory_of_another_recipe_version_is_not_resumed_or_reused(tmp_
     (run_dir / "config.json").write_text(json.dumps({"config": config}))
     assert "--eval_flip" in protocol.run_dir_is_stale(run_dir, key, "x", {})
     # With the key written by the benchmark, the key alone decides.
-    protocol.atomic_write_json(run_dir / protocol.RUN_KEY_FILE, {"run_key": key})
+    (run_dir / protocol.RUN_KEY_FILE).write_text(json.dumps({"run_key": key}))
     assert protocol.run_dir_is_stale(run_dir, key, "x", {}) is None
     assert protocol.run_dir_is_stale(run_dir, protocol.run_key("x", 0, {"epochs": 3}), "x",
                                      {}) == "it was started for another version of the recipe"
