@@ -223,6 +223,25 @@ def chart(path: Path, rows: list[dict]) -> Path | None:
     return charts._save(plt, fig, path.with_suffix(".png"), rows[0]["machine"])
 
 
+def readme_table(rows: list[dict]) -> str:
+    """The README's Figure 1 table (markdown) from the rows: per variant and recipe, training
+    images/s here (its ratio to the variant's G1-GN native, measured in the same run), the
+    spread of its rounds, the fine-tune's images/s, hours of one run here and the paper's
+    top-1."""
+    lines = ["| recipe | train px | training images/s (x G1-GN) | spread | fine-tune images/s "
+             "| hours of one run here | paper's top-1 (%) |",
+             "|---|---|---|---|---|---|---|"]
+    order = {label: index for index, label in enumerate(SERIES)}
+    for row in sorted(rows, key=lambda r: (r["size"], order[(r["family"], r["series"])])):
+        tune = row.get("finetune_images_per_second")
+        lines.append(
+            f"| {row['variant']} | {row['resolution']} | {row['images_per_second']:.1f} "
+            f"({row['ratio_to_reference']:.2f}x) | {row['spread']:.0%} | "
+            f"{'-' if tune is None else f'{tune:.1f}'} | {row['hours_here']:,.0f} | "
+            f"{row['paper_top1']} |")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
@@ -235,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the tiny model at tiny sizes, rows to a temporary folder (tests)")
     parser.add_argument("--output-dir", default=None,
                         help="default $KE_BENCH_RESULTS or benchmarks/results")
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: redraw the chart and print the table from the "
+                             "rows already there")
     return parser
 
 
@@ -261,9 +283,12 @@ def main(argv=None) -> list[dict]:
                   else results_dir(args.output_dir))
         path = output / f"{name}.jsonl"
         rows = read_rows(path) if path.exists() else []
+        if args.report_only and not rows:
+            raise SystemExit(f"--report-only: no rows in {path}; measure first "
+                             "(make benchmark-figure1)")
         done = measured_variants(rows, series)
         info = machine()
-        for variant in args.variants:
+        for variant in [] if args.report_only else args.variants:
             if variant in done:
                 print(f"  {variant}: every recipe already in {path.name}, skipped", flush=True)
                 continue
@@ -280,9 +305,8 @@ def main(argv=None) -> list[dict]:
             write_rows(name, rows, output)
         if rows:
             print(f"wrote {path} and {chart(path, rows)}")
-        for row in rows:
-            print(f"{row['variant']:24s} {row['images_per_second']:8.1f} img/s "
-                  f"{row['hours_here']:10.1f} h here  paper top-1 {row['paper_top1']}")
+        if rows:
+            print(readme_table(rows))
         return rows
     finally:
         if scratch is not None:

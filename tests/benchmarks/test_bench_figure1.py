@@ -4,7 +4,6 @@ it finished). Measuring is replaced by a stand-in with fixed rates, so nothing h
 anything."""
 
 import json
-import shutil
 
 import pytest
 
@@ -36,10 +35,13 @@ def stand_in(monkeypatch):
 
 
 def test_rows_resume_by_variant_and_keep_the_rows_already_there(tmp_path, stand_in):
+    # The committed B0 rows, as a run that measured B0 only left them.
     committed = common.RESULTS_DIR / "figure1_tensorflow.jsonl"
-    shutil.copy(committed, tmp_path / "figure1_tensorflow.jsonl")
     before = [json.loads(line) for line in committed.read_text().splitlines()]
-    assert {r["size"] for r in before} == {"b0"} and len(before) == 5
+    before = [row for row in before if row["size"] == "b0"]
+    assert len(before) == 5
+    (tmp_path / "figure1_tensorflow.jsonl").write_text(
+        "".join(json.dumps(row) + "\n" for row in before))
 
     args = ["--variants", "b0", "b1", "b2", "b3", "--rounds", "1", "--steps", "1",
             "--output-dir", str(tmp_path)]
@@ -71,3 +73,30 @@ def test_hours_and_ratios_come_from_the_measured_rates(tmp_path, stand_in):
     assert (half["warmup"], half["steps"], half["rounds"]) == (2, 1, 2)
     for row in rows:
         common.validate_row(row)
+
+
+def test_the_readme_table_and_report_only_read_the_rows_measuring_nothing(tmp_path, stand_in,
+                                                                          capsys):
+    bench_figure1.main(["--variants", "b1", "--rounds", "1", "--steps", "1",
+                        "--output-dir", str(tmp_path)])
+    stand_in.clear()
+    capsys.readouterr()
+    rows = bench_figure1.main(["--report-only", "--output-dir", str(tmp_path)])
+    assert stand_in == []  # nothing measured
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line.startswith("| B1")]
+    # In SERIES order; G16-LN+PN half: 10 img/s = 5.00x the reference's 2, one round (0%
+    # spread), fine-tune 16 img/s, (350 x 1,281,167 / 10 + 2 x 1,281,167 / 16) / 3600 h.
+    assert [line.split(" | ")[0] for line in table] == [
+        "| B1 G1-GN native", "| B1 G16-GN native", "| B1 G16-GN half", "| B1 G16-LN+PN native",
+        "| B1 G16-LN+PN half"]
+    hours = round((350 * 1_281_167 / 10.0 + 2 * 1_281_167 / 16.0) / 3600)
+    half = table[-1].split(" | ")
+    assert half[1:6] == [str(rows[-1]["resolution"]), "10.0 (5.00x)", "0%", "16.0",
+                         f"{hours:,}"]
+    assert table[0].split(" | ")[2] == "2.0 (1.00x)"  # the reference itself
+
+
+def test_report_only_without_rows_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="--report-only: no rows in .*figure1_"):
+        bench_figure1.main(["--report-only", "--output-dir", str(tmp_path)])
