@@ -28,6 +28,8 @@ recipes on the loaded 2-core EPYC): a variant takes about B0's time times its FL
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -127,7 +129,31 @@ def timed(step, warmup: int, steps: int) -> float:
 
 
 def measure(variant: str, family: str, series: str, args) -> dict:
-    """Training and fine-tune images/s of one recipe on this machine."""
+    """Training and fine-tune images/s of one recipe on this machine, measured in a process of
+    its own (a full run, not --smoke): memory a measured model leaves behind in TensorFlow does
+    not add up across recipes (one process measuring B0-B2 and then B3 G1-GN at 300 px grew
+    past 24 GiB and was killed; B3 G1-GN alone peaks near 12 GiB)."""
+    if args.smoke:
+        return measure_here(variant, family, series, args)
+    return in_own_process(f"{variant} {SERIES[(family, series)]}", measure_here, variant,
+                          family, series, args)
+
+
+def in_own_process(what: str, function, *arguments):
+    """`function(*arguments)` in a fresh (spawned) process; one line naming `what` if that
+    process dies."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        try:
+            return pool.submit(function, *arguments).result()
+        except concurrent.futures.process.BrokenProcessPool:
+            raise SystemExit(
+                f"bench_figure1: the process measuring {what} died (killed for memory?); the "
+                "variants already written are kept, run the same command to resume") from None
+
+
+def measure_here(variant: str, family: str, series: str, args) -> dict:
+    """What `measure` returns, measured in this process."""
     config = recipe(variant, family, series)
     if args.smoke:  # the tiny test model at tiny sizes: the path, not the figures
         config = config.replace(model=f"efficientnet-tiny-{family}")

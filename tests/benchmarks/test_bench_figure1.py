@@ -100,3 +100,13 @@ def test_the_readme_table_and_report_only_read_the_rows_measuring_nothing(tmp_pa
 def test_report_only_without_rows_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="--report-only: no rows in .*figure1_"):
         bench_figure1.main(["--report-only", "--output-dir", str(tmp_path)])
+
+
+def test_each_recipe_is_measured_in_a_process_of_its_own():
+    import os
+
+    # Memory a measured model leaves in TensorFlow cannot add up across recipes.
+    assert bench_figure1.in_own_process("B9 x", os.getpid) != os.getpid()
+    # A measuring process that dies (the kernel's OOM killer) is one line naming the recipe.
+    with pytest.raises(SystemExit, match="the process measuring B9 x died"):
+        bench_figure1.in_own_process("B9 x", os._exit, 9)
