@@ -1,8 +1,9 @@
-"""The native40 and claim (a) tables of README.md and docs/results.md against the rows they are
-read from, benchmarks/results/fashion_protocol.jsonl and fashion_microbatch_long.jsonl: a row that
-lands, or a figure edited by hand, without the other fails here. Mean over the seeds, 95%
-Student-t half-width from SciPy where a cell has one, rounded as the tables print them; the quiet
-columns from the speed pass's best round (fashion_protocol_speed.jsonl)."""
+"""The native40, claim (a), table96 and Figure 1 tables of README.md and docs/results.md against
+the rows they are read from (benchmarks/results/fashion_protocol.jsonl,
+fashion_microbatch_long.jsonl, figure1_tensorflow.jsonl): a row that lands, or a figure edited by
+hand, without the other fails here. Mean over the seeds, 95% Student-t half-width from SciPy
+where a cell has one, rounded as the tables print them; the quiet columns from the speed pass's
+best round (fashion_protocol_speed.jsonl)."""
 
 from __future__ import annotations
 
@@ -227,3 +228,15 @@ def test_the_table96_table_holds_the_rows_figures(document):
         assert float(cells[header.index("images/s (quiet)")]) == pytest.approx(round(train),
                                                                                 abs=0.5)
         check_cell(cells[header.index("training s (quiet rate)")], seconds, 0, cells)
+
+
+@pytest.mark.parametrize("document", ["benchmarks/README.md", "docs/results.md"])
+def test_the_figure1_table_is_the_committed_rows_printout(document):
+    # The table bench_figure1 prints from benchmarks/results/figure1_tensorflow.jsonl, verbatim:
+    # re-measured rows without the documents (or a figure edited by hand) fail here.
+    from benchmarks import bench_figure1
+
+    path = REPO / "benchmarks" / "results" / "figure1_tensorflow.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {row["size"] for row in rows} == set(bench_figure1.VARIANTS)
+    assert bench_figure1.readme_table(rows) in (REPO / document).read_text()

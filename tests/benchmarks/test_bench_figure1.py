@@ -110,3 +110,14 @@ def test_each_recipe_is_measured_in_a_process_of_its_own():
     # A measuring process that dies (the kernel's OOM killer) is one line naming the recipe.
     with pytest.raises(SystemExit, match="the process measuring B9 x died"):
         bench_figure1.in_own_process("B9 x", os._exit, 9)
+
+
+def test_the_front_keeps_the_rows_no_other_beats_on_hours_and_top1():
+    rows = [{"variant": name, "hours_here": hours, "paper_top1": top1}
+            for name, hours, top1 in [("a", 10.0, 79.0), ("b", 6.0, 80.0), ("c", 4.0, 78.0),
+                                      ("d", 12.0, 82.0), ("e", 6.0, 79.5), ("f", 20.0, 82.0)]]
+    # a: b is cheaper and better; e: b is as cheap and better; f: d reaches as much in fewer
+    # hours; c, b, d: nothing reaches their top-1 in their hours or fewer.
+    assert [row["variant"] for row in bench_figure1.front(rows)] == ["c", "b", "d"]
+    # A row equal to another beats neither.
+    assert len(bench_figure1.front(rows + [dict(rows[1], variant="b'")])) == 4
