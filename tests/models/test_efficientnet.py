@@ -24,11 +24,12 @@ KERAS_APPS = {
 }
 
 
-# B5-B7 (the largest builds, 20-50 s each on 2 cores) in `make test-slow`; B5's scaling is also
-# checked in the default suite by the G16 count below.
+# B0, B1 and B3 in the default suite (B1 scales depth only, B3 width and depth, both rounding
+# filters); B2, B4 and the largest builds, B5-B7 (20-50 s each on 2 cores), in `make
+# test-slow`. B5's scaling is also checked in the default suite by the G16 count below.
 @JAX_CPU_SLOW
 @pytest.mark.parametrize("variant", [
-    pytest.param(variant, marks=[pytest.mark.slow] if variant in ("b5", "b6", "b7") else [])
+    pytest.param(variant, marks=[] if variant in ("b0", "b1", "b3") else [pytest.mark.slow])
     for variant in KERAS_APPS])
 def test_g1_batchnorm_trainable_parameters_equal_keras_applications(variant):
     ours = ke.EfficientNet(variant, input_shape=(64, 64, 3))
@@ -196,6 +197,7 @@ STAGES = [(3, 1, 32, 16, 1), (3, 2, 16, 24, 6), (5, 2, 24, 40, 6), (3, 3, 40, 80
           (5, 3, 80, 112, 6), (5, 4, 112, 192, 6), (3, 1, 192, 320, 6)]
 WIDTH_DEPTH = {"b0": (1.0, 1.0), "b1": (1.0, 1.1), "b2": (1.1, 1.2), "b3": (1.2, 1.4),
                "b4": (1.4, 1.8), "b5": (1.6, 2.2)}
+DEFAULT_G16_COUNTS = {("b0", "group"), ("b3", "group"), ("b5", "group"), ("b0", "layer")}
 
 
 def _channels(filters, width):
@@ -243,8 +245,13 @@ def test_g16_count_of_one_block_by_hand():
     assert trainable_count(block) == expected
 
 
+# B0, B3 and B5 with GroupNorm and B0 with LayerNorm + Proxy Norm in the default suite; B1, B2,
+# B4 and B4 with LN+PN (the larger builds, 3-8 s each on 2 cores) in `make test-slow`.
 @JAX_CPU_SLOW
-@pytest.mark.parametrize("variant,norm", [*[(v, "group") for v in WIDTH_DEPTH], ("b4", "layer")])
+@pytest.mark.parametrize("variant,norm", [
+    pytest.param(variant, norm, marks=[] if (variant, norm) in DEFAULT_G16_COUNTS
+                 else [pytest.mark.slow])
+    for variant, norm in [*[(v, "group") for v in WIDTH_DEPTH], ("b0", "layer"), ("b4", "layer")]])
 def test_g16_parameter_counts_follow_graphcores_grouping_rule(variant, norm):
     # The paper's arguments build it (no stage-1 override), and so do the presets.
     arguments = dict(group_size=16, expand_ratio=4, input_normalization="mean", norm=norm)
