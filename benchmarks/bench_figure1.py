@@ -21,8 +21,9 @@ to a temporary folder (the test suite's check); `--quick` fewer steps, marked, i
 figure1_<backend>_quick.jsonl.
 
 Cost on the quiet 2-core AMD EPYC, 2 rounds of 2 timed steps after 1 warm-up (the committed
-rows): about B0 7 minutes, B1 10, B2 10, B3 14, each recipe in a process of its own (see `measure`);
-`--report-only` prints the table and redraws the chart from the rows, measuring nothing.
+rows): about B0 7 minutes, B1 10, B2 10, B3 14, each recipe in a process of its own (see
+`measure`); `--report-only` prints the table and redraws the chart from the rows, measuring
+nothing.
 """
 
 from __future__ import annotations
@@ -344,8 +345,9 @@ def main(argv=None) -> list[dict]:
             rows = [r for r in rows if r["size"] != variant] + figure1_rows(samples, args, info)
             write_rows(name, rows, output)
         if rows:
-            print(f"wrote {path} and {chart(path, rows)}")
-        if rows:
+            drawn = chart(path, rows)
+            print(f"drew {drawn} from {path}" if args.report_only
+                  else f"wrote {path} and {drawn}")
             print(readme_table(rows))
             print("the cheapest recipes for their top-1 here (none other reaches as much "
                   "in as few hours): " + ", ".join(f"{row['variant']} ({row['paper_top1']}%, "
