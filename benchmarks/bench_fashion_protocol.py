@@ -253,6 +253,14 @@ def finetune_cost(trained: dict) -> tuple[int, float | None]:
     return images, images / trained["finetune_images_per_second"]
 
 
+def onednn_state(trained: dict) -> str | None:
+    """'on' or 'off': whether the training process ran TensorFlow's oneDNN kernels, as its
+    results say (None from results written before they said). Rows before this recorded
+    TF_ENABLE_ONEDNN_OPTS itself ('0')."""
+    state = (trained.get("environment") or {}).get("onednn")
+    return None if state is None else ("on" if state else "off")
+
+
 def protocol_row(experiment: str, recipe: str, seed: int, args, overrides: dict, key: str,
                  trained: dict, scored: dict, curve: list[dict], load: dict,
                  reference_ips: float | None) -> dict:
@@ -286,7 +294,7 @@ def protocol_row(experiment: str, recipe: str, seed: int, args, overrides: dict,
         val_top1_before_finetune=trained.get("top1_before_finetune"),
         val_top1=trained.get("top1"), curve=curve,
         train_seconds=last.get("train_seconds"), seconds=round(trained["wall_seconds"], 1),
-        **load)
+        onednn=onednn_state(trained), **load)
 
 
 def evaluate_run(recipe, seed, run_dir, overrides, split, log, timeout) -> dict:
@@ -387,7 +395,7 @@ def measure_speed(experiment: str, recipe: str, round_: int, args, path: Path, r
         finetune_images_per_second=(round(trained["finetune_images_per_second"], 3)
                                     if tune_seconds else None),
         seconds=round(trained["wall_seconds"], 1),
-        onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default"),
+        onednn=onednn_state(trained),
         **sampler.summary())
     append_row(path, row, required=("run_key", "round", "recipe"))
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -21,6 +21,7 @@ from benchmarks import charts
 
 # The results' readers, re-exported.
 from benchmarks.charts import STEP_CALLS_FIELDS, read_rows, step_calls_per_epoch  # noqa: F401
+from keras_efficientnet.runs.environment import environment
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Where results go instead of benchmarks/results (tests and smoke runs point it elsewhere).
@@ -165,29 +166,15 @@ def accelerator() -> dict:
 
 def machine(**extra) -> dict:
     """Where a figure was measured: CPU model, cores, load, platform, the libraries this process
-    has imported (keras, its backend, tensorflow, jax, torch) and `extra` (e.g. the GPU)."""
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(),
-            # A shared machine's other load lowers images/s: say how busy it was.
-            "load_average_1m": round(os.getloadavg()[0], 2)}
-    # Only modules already imported: asking for keras here must not pull TensorFlow in.
-    if "keras" in sys.modules:
-        keras = sys.modules["keras"]
-        info["keras"] = keras.__version__
-        info["backend"] = keras.backend.backend()
-    for name in ("tensorflow", "jax", "torch", "timm"):
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "__version__"):
-            info[name] = module.__version__
+    has imported (keras, its backend, tensorflow, jax, torch, timm), whether TensorFlow's oneDNN
+    was on where TensorFlow is loaded, and `extra` (e.g. the GPU)."""
+    info = environment()
+    info.update(platform=platform.platform(),
+                # A shared machine's other load lowers images/s: say how busy it was.
+                load_average_1m=round(os.getloadavg()[0], 2))
+    timm = sys.modules.get("timm")
+    if timm is not None and hasattr(timm, "__version__"):
+        info["timm"] = timm.__version__
     info.update(extra)
     return info
 

@@ -389,7 +389,8 @@ class Results(Record):
         "finetune_global_batch_size": (int, _NONE),
         "finetune_images_per_second": (float, _NONE), "model_file": (str, _NONE),
         "export_dir": (str, _NONE), "skipped_images": (int, _NONE),
-        "wall_seconds": (float, _NONE), "non_finite": (list, _NONE), **_SCORES}
+        "wall_seconds": (float, _NONE), "non_finite": (list, _NONE),
+        "environment": (dict, _NONE), **_SCORES}
 
     mode: str
     model: str
@@ -417,6 +418,9 @@ class Results(Record):
     skipped_images: int | None = None
     wall_seconds: float | None = None
     non_finite: list | None = None
+    # Where it ran (runs/environment.py): CPU, Keras, its backend and, under TensorFlow, whether
+    # oneDNN was on. Absent before 0.1's results carried it.
+    environment: dict | None = None
     top1: float | None = None
     top5: float | None = None
     loss: float | None = None

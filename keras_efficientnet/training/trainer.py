@@ -14,6 +14,7 @@ from pathlib import Path
 
 import keras
 
+from keras_efficientnet.runs.environment import environment
 from keras_efficientnet.runs.record import RunFiles, non_finite
 from keras_efficientnet.training.builders import (
     build_datasets,
@@ -118,6 +119,7 @@ def _run_mode(config: TrainConfig, runtime, session: RunSession, started: float)
         if runtime.is_chief and not unfit:
             run.results.update(save_outputs(config, final_model))
     run.results["skipped_images"] = run.skipped.count
+    run.results["environment"] = environment()
     run.results["wall_seconds"] = time.perf_counter() - started
     if runtime.is_chief:
         write_results(config, run.results)

@@ -10,6 +10,7 @@ quiet cores; each smoke run exercises its module's code paths once at the fewest
 smallest sizes, see SMOKE in each module and smoke_args in benchmarks/targets.py).
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -34,6 +35,7 @@ NOT_MODULE_TARGETS = {"benchmark", "benchmark-quick", "benchmark-smoke", "benchm
 
 # The tests that read a module's smoke run, each parametrised by the module's label.
 SMOKE_ROW_TESTS = {"test_benchmark_module_runs_in_smoke_mode",
+                   "test_protocol_rows_say_whether_the_training_process_ran_onednn",
                    "test_model_benchmark_smoke_steps_every_layer_and_model_configuration",
                    "test_pipeline_benchmark_smoke_steps_every_configuration"}
 
@@ -148,3 +150,20 @@ def test_rows_name_step_calls_under_either_name():
         row["steps_per_epoch"] for row in committed]
     assert common.step_calls_per_epoch({"step_calls_per_epoch": 7, "updates_per_epoch": 14}) == 7
     assert common.step_calls_per_epoch({"updates_per_epoch": 14}) is None
+
+
+@pytest.mark.parametrize("label", ["bench_fashion_protocol table96"])
+def test_protocol_rows_say_whether_the_training_process_ran_onednn(smoke_runs, label):
+    # Copied from each training command's results.json (TensorFlow's own answer), which the
+    # variable decides where it is set: make test sets 0 and the runs inherit it.
+    result = smoke_runs[0][label]
+    if result.status is None and not result.failed:
+        pytest.skip(f"{label}: {result.reason}")
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    rows = [row for path in sorted(result.directory.glob("fashion_protocol*.jsonl"))
+            for row in common.read_rows(path)]
+    assert rows, result.directory
+    for row in rows:
+        assert row["onednn"] in ("on", "off"), row
+        if setting in ("0", "1"):
+            assert row["onednn"] == ("on" if setting == "1" else "off"), row

@@ -5,7 +5,7 @@ called in the test's own process (`run`) for the setting that process started wi
 for each case, the forward output and d/dx, d/dkernel of sum(upstream * conv) through
 `GroupConv2D`'s TensorFlow path, the path it took, and the loss and weights before and after one
 training step of `efficientnet-tiny-g16-lnpn`, so that the parent can hold both settings to
-NumPy and to each other.
+NumPy and to each other, and what `runs.environment` says of this process.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import keras_efficientnet as ke
 from keras_efficientnet.layers.group_conv import grouped_gradient_available, tf_conv_path
+from keras_efficientnet.runs.environment import environment
 
 # channels, filters, group_size, kernel, strides: few groups (per-group convs on every CPU) and
 # many groups (one grouped kernel where its gradient exists).
@@ -82,7 +83,9 @@ def run(out: str) -> dict:
     loss, initial, weights = training_step()
     np.savez(out, loss=loss, initial=initial, weights=weights, **arrays)
     return {"paths": paths, "cases": CASES, "loss": loss,
-            "grouped_gradient": grouped_gradient_available("CPU", "float32")}
+            "grouped_gradient": grouped_gradient_available("CPU", "float32"),
+            # What a run's results.json and the benchmark rows record for this process.
+            "environment": environment()}
 
 
 if __name__ == "__main__":

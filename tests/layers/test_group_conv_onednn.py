@@ -77,6 +77,16 @@ def test_each_setting_takes_the_path_its_tensorflow_can_differentiate(runs):
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
+def test_the_environment_says_whether_onednn_was_on(runs, setting):
+    # What results.json and every benchmark row record: TensorFlow's own answer, which the
+    # variable set explicitly decides on any CPU.
+    environment = runs[setting][0]["environment"]
+    assert environment["onednn"] is (setting == "1")
+    assert environment["backend"] == "tensorflow"
+    assert environment["tensorflow"].startswith("2.") and environment["cores"] >= 1
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
 def test_forward_and_gradients_match_numpy(runs, setting):
     report, arrays = runs[setting]
     for i, (_, _, _, _, strides) in enumerate(report["cases"]):

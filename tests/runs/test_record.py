@@ -44,9 +44,13 @@ def test_no_run_file_name_is_written_as_a_literal_outside_the_record_module():
 
 
 def test_the_record_module_loads_no_framework():
+    # environment() asks only the frameworks already loaded: none here, so no oneDNN state.
     code = ("import sys; from keras_efficientnet.runs import record, weights, run; "
+            "from keras_efficientnet.runs.environment import environment; "
+            "env = environment(); "
             "heavy = {'keras', 'tensorflow', 'numpy', 'jax'} & set(sys.modules); "
-            "assert not heavy, heavy")
+            "assert not heavy, heavy; "
+            "assert 'onednn' not in env and 'keras' not in env and env['cores'] >= 1, env")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PACKAGE.parent)
 
 

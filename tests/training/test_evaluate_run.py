@@ -5,9 +5,12 @@ supplies every other flag, model.keras is scored by default (the run's final top
 from __future__ import annotations
 
 import json
+import os
 import re
 
+import keras
 import pytest
+import tensorflow as tf
 from absl import flags
 
 from keras_efficientnet.cli import train as cli
@@ -54,6 +57,20 @@ def test_the_run_writes_its_resolved_configuration(run):
     assert results["finetune_global_batch_size"] == 16  # smoke.flags: micro-batch 16, 1 replica
     assert results["finetune_images_per_second"] > 0
     assert results["mode"] == "train_and_finetune" and results["finetune_epochs"] >= 1
+
+
+def test_the_results_say_where_the_run_trained(run):
+    # The oneDNN state comes from TensorFlow itself (bench_fashion_protocol's rows copy it); the
+    # variable this process started with decides it where it was set (make test sets 0).
+    _, results = run
+    environment = results["environment"]
+    assert environment["keras"] == keras.__version__ and environment["backend"] == "tensorflow"
+    assert environment["tensorflow"] == tf.__version__
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if setting in ("0", "1"):
+        assert environment["onednn"] is (setting == "1")
+    else:
+        assert isinstance(environment["onednn"], bool)
 
 
 def test_evaluate_with_no_other_flag_reproduces_the_final_top1(run, capsys, monkeypatch,
