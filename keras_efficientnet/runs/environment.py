@@ -16,15 +16,17 @@ import os
 import platform
 import sys
 
+from keras_efficientnet.atomic import UnsafePathError, open_file
+
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), else what `platform` says, else 'unknown'."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open_file("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
-    except OSError:
+    except (OSError, UnsafePathError):  # not Linux, or not a plain file there
         pass
     return platform.processor() or "unknown"
 
