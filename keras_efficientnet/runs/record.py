@@ -419,7 +419,7 @@ class Results(Record):
     wall_seconds: float | None = None
     non_finite: list | None = None
     # Where it ran (runs/environment.py): CPU, Keras, its backend and, under TensorFlow, whether
-    # oneDNN was on. Absent before 0.1's results carried it.
+    # oneDNN was on. Absent from results written before the trainer recorded it (within 0.1.0).
     environment: dict | None = None
     top1: float | None = None
     top5: float | None = None
