@@ -168,13 +168,10 @@ def machine(**extra) -> dict:
     """Where a figure was measured: CPU model, cores, load, platform, the libraries this process
     has imported (keras, its backend, tensorflow, jax, torch, timm), whether TensorFlow's oneDNN
     was on where TensorFlow is loaded, and `extra` (e.g. the GPU)."""
-    info = environment()
+    info = environment(libraries=("timm",))
     info.update(platform=platform.platform(),
                 # A shared machine's other load lowers images/s: say how busy it was.
                 load_average_1m=round(os.getloadavg()[0], 2))
-    timm = sys.modules.get("timm")
-    if timm is not None and hasattr(timm, "__version__"):
-        info["timm"] = timm.__version__
     info.update(extra)
     return info
 

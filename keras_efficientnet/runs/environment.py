@@ -44,16 +44,17 @@ def onednn_enabled() -> bool | None:
     return bool(probe()) if probe is not None else None
 
 
-def environment() -> dict:
+def environment(libraries: tuple[str, ...] = ()) -> dict:
     """CPU, cores, Python, Keras, its backend, the versions of the frameworks this process has
-    imported and, under TensorFlow, `onednn` (True or False)."""
+    imported and of `libraries` where imported (a benchmark names its peers, e.g. timm) and,
+    under TensorFlow, `onednn` (True or False)."""
     info: dict = {"cpu": cpu_model(), "cores": os.cpu_count(),
                   "python": platform.python_version()}
     keras = sys.modules.get("keras")
     if keras is not None:
         info["keras"] = keras.__version__
         info["backend"] = keras.backend.backend()
-    for name in ("tensorflow", "jax", "torch"):
+    for name in ("tensorflow", "jax", "torch", *libraries):
         module = sys.modules.get(name)
         if module is not None and hasattr(module, "__version__"):
             info[name] = module.__version__
