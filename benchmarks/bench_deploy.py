@@ -59,8 +59,9 @@ import keras
 import numpy as np
 
 import keras_efficientnet as ke
-from benchmarks import timm_deploy, timm_peer
+from benchmarks import timm_deploy
 from benchmarks.common import add_mode_arguments, machine, make_row, parse_args, write_results
+from benchmarks.timing import best_seconds, median_seconds
 from keras_efficientnet.deploy import export_onnx, export_openvino, runtimes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,15 +152,6 @@ def _attr(node, name: str) -> int:
 # ------------------------------------------------------------------------------ timing
 
 
-def best_seconds(fn, *, warmup: int, batches: int, repeats: int) -> float:
-    """Seconds a call: the best of `repeats` timings of `batches` calls each."""
-    return timm_deploy.best_seconds(fn, warmup=warmup, batches=batches, repeats=repeats)
-
-
-def median_seconds(fn, *, warmup: int, calls: int) -> float:
-    return timm_peer.median_seconds(fn, warmup, calls)
-
-
 def _check(outputs, where: str) -> None:
     if not np.all(np.isfinite(np.asarray(outputs, np.float64))):
         raise SystemExit(f"non-finite outputs from {where}: its timing would mean nothing")
@@ -171,7 +163,8 @@ def time_call(call, images: np.ndarray, args, where: str) -> tuple[float, float]
     seconds = best_seconds(lambda: call(images), warmup=args.warmup, batches=args.batches,
                            repeats=args.repeats)
     one = images[:1]
-    latency = median_seconds(lambda: call(one), warmup=args.warmup, calls=args.latency_calls)
+    latency = median_seconds(lambda: call(one), warmup=args.warmup,
+                             repeats=args.latency_calls)
     return seconds, latency
 
 

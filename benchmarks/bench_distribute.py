@@ -48,9 +48,9 @@ from benchmarks.common import (  # noqa: E402
     machine,
     make_row,
     parse_args,
-    time_calls,
     write_results,
 )
+from benchmarks.timing import median_seconds  # noqa: E402
 from keras_efficientnet.datasets import preprocessing  # noqa: E402
 from keras_efficientnet.distribute import pipeline, planner, train_loop  # noqa: E402
 from keras_efficientnet.distribute.mirrored import mirrored_strategy  # noqa: E402
@@ -84,7 +84,7 @@ def measure(fn, images: int, args, where: str) -> dict:
     for _ in range(args.warmup):  # the first call traces; CPU time counts the timed calls only
         step()
     cpu = time.process_time()
-    seconds = time_calls(step, warmup=0, repeats=args.repeats)
+    seconds = median_seconds(step, warmup=0, repeats=args.repeats)
     cpu_used = time.process_time() - cpu
     return {"seconds_per_step": round(seconds, 4), "images_per_second": images / seconds,
             "images_per_cpu_second": round(images * args.repeats / max(cpu_used, 1e-9), 2),

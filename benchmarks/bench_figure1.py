@@ -34,7 +34,6 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -51,6 +50,7 @@ from benchmarks.common import (
     smoke_dir,
     write_rows,
 )
+from benchmarks.timing import median_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS_DIR = REPO / "flags"
@@ -118,18 +118,6 @@ def _loss(result) -> float:
     return result[0] if isinstance(result, list | tuple) else result
 
 
-def timed(step, warmup: int, steps: int) -> float:
-    """Median seconds of one call after `warmup` untimed calls (the first traces)."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
-
-
 def measure(variant: str, family: str, series: str, args) -> dict:
     """Training and fine-tune images/s of one recipe on this machine, measured in a process of
     its own (a full run, not --smoke): memory a measured model leaves behind in TensorFlow does
@@ -166,11 +154,13 @@ def measure_here(variant: str, family: str, series: str, args) -> dict:
 
         (train_res, test_res), batch = resolutions(config), config.micro_batch_size
     keras.backend.clear_session()
-    train = timed(training_step(config, train_res, batch), args.warmup, args.steps)
+    train = median_seconds(training_step(config, train_res, batch), warmup=args.warmup,
+                           repeats=args.steps)
     tune = None
     if config.mode == "train_and_finetune":
         keras.backend.clear_session()
-        tune = timed(finetune_step(config, test_res, batch), args.warmup, args.steps)
+        tune = median_seconds(finetune_step(config, test_res, batch), warmup=args.warmup,
+                              repeats=args.steps)
     return {"config": config, "train_resolution": train_res, "test_resolution": test_res,
             "batch": batch, "train_ips": batch / train, "finetune_ips": batch / tune if tune
             else None}

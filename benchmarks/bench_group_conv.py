@@ -73,7 +73,7 @@ def child(args) -> list[dict]:
 
     import keras_efficientnet as ke
     from benchmarks.bench_model import _grad_step, _throughputs, build_reference, build_variant
-    from benchmarks.common import time_calls
+    from benchmarks.timing import median_seconds
     from keras_efficientnet.layers.group_conv import tf_conv_path
 
     results = []
@@ -87,8 +87,8 @@ def child(args) -> list[dict]:
         }
         for kind, layer in layers.items():
             layer.build(x.shape)
-            seconds = time_calls(_grad_step(layer, x, args.eager), warmup=2,
-                                 repeats=args.repeats)
+            seconds = median_seconds(_grad_step(layer, x, args.eager), warmup=2,
+                                     repeats=args.repeats)
             path = (tf_conv_path(channels // GROUP_SIZE, channels, channels)
                     if kind == "group" else "")
             results.append({"benchmark": "conv_fwd_bwd", "kind": kind, "side": side,

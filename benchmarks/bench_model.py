@@ -48,9 +48,9 @@ from benchmarks.common import (
     machine,
     make_row,
     parse_args,
-    time_calls,
     write_results,
 )
+from benchmarks.timing import median_seconds
 from keras_efficientnet.models.efficientnet import SCALING
 from keras_efficientnet.serving import serving_model
 
@@ -193,7 +193,7 @@ def bench_layers(batch: int, size: int, channels: int, group_size: int, repeats:
             # Keras' grouped conv takes seconds a step on a TensorFlow CPU (XLA's grouped
             # backward pass): one timed call is plenty to show it.
             slow = name.startswith("keras Conv2D") and keras.backend.backend() == "tensorflow"
-            seconds = time_calls(step, warmup=1, repeats=1 if slow else repeats)
+            seconds = median_seconds(step, warmup=1, repeats=1 if slow else repeats)
             reference = reference or (name, batch / seconds)
             rows.append(make_row(
                 benchmark, machine=info, backend=keras.backend.backend(), variant=name,
@@ -230,13 +230,13 @@ def _throughputs(model: keras.Model, dtype: str, batch: int, resolution: int, *,
         check_finite(np.sum(np.asarray(predictor.predict_on_batch(images), "float64")),
                      f"{predictor.name} inference")
 
-    train = time_calls(train_step, warmup=warmup, repeats=steps)
-    infer = time_calls(infer_step, warmup=warmup, repeats=infer_steps)
+    train = median_seconds(train_step, warmup=warmup, repeats=steps)
+    infer = median_seconds(infer_step, warmup=warmup, repeats=infer_steps)
     measured = {"train": (batch / train, train), "inference": (batch / infer, infer)}
     if serving:
         fast = serving_model(model)
         fast.run_eagerly = eager
-        seconds = time_calls(lambda: infer_step(fast), warmup=warmup, repeats=infer_steps)
+        seconds = median_seconds(lambda: infer_step(fast), warmup=warmup, repeats=infer_steps)
         measured["serving"] = (batch / seconds, seconds)
     return measured
 

@@ -1,4 +1,5 @@
-"""Shared benchmark plumbing: machine description, timing, the JSON row schema and result files."""
+"""Shared benchmark plumbing: machine description, the JSON row schema and result files (timing:
+`benchmarks.timing`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -174,19 +174,6 @@ def machine(**extra) -> dict:
                 load_average_1m=round(os.getloadavg()[0], 2))
     info.update(extra)
     return info
-
-
-def time_calls(fn, *, warmup: int, repeats: int) -> float:
-    """Median seconds of `fn()` over `repeats` calls after `warmup` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def make_row(benchmark: str, *, machine: dict, backend: str, variant: str,

@@ -17,14 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
-# The same timing, training step and unavailable answer for both timm children.
+from benchmarks.timing import best_seconds, median_seconds
+
+# The same training step and unavailable answer for both timm children.
 from benchmarks.timm_peer import (
     UNAVAILABLE_PREFIX,  # noqa: F401 - bench_deploy reads it from this module
     UNAVAILABLE_STATUS,
     import_or_report,
-    median_seconds,
     sgd_step,
 )
 
@@ -53,19 +53,6 @@ def import_timm():
                                  "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         import timm
     return torch, timm
-
-
-def best_seconds(fn, *, warmup: int, batches: int, repeats: int) -> float:
-    """Seconds a call: the best of `repeats` timings of `batches` calls each."""
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(batches):
-            fn()
-        best = min(best, (time.perf_counter() - start) / batches)
-    return best
 
 
 def export(torch, model, path: str, resolution: int) -> None:
@@ -100,7 +87,8 @@ def eager(torch, model, args) -> dict:
 
     seconds = best_seconds(lambda: infer(x), warmup=args.warmup, batches=args.batches,
                            repeats=args.repeats)
-    latency = median_seconds(lambda: infer(one), args.warmup, args.latency_calls)
+    latency = median_seconds(lambda: infer(one), warmup=args.warmup,
+                             repeats=args.latency_calls)
     return {"seconds_per_batch": seconds, "latency_seconds": latency}
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
+
+from benchmarks.timing import median_seconds
 
 ROW_PREFIX = "TIMM_ROW "
 UNAVAILABLE_PREFIX = "TIMM_UNAVAILABLE "
@@ -40,17 +41,6 @@ def import_or_report(importer):
         print(f"{UNAVAILABLE_PREFIX}import timm failed in {sys.executable}: "
               f"{type(error).__name__}: {first_line}", flush=True)
         return None
-
-
-def median_seconds(fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def sgd_step(torch, model, optimizer, x, y, where: str) -> None:
@@ -81,9 +71,9 @@ def measure(torch, timm, name: str, resolution: int, args) -> dict[str, float]:
             model(x).sum().item()
 
     model.train()
-    train = median_seconds(train_step, args.warmup, args.steps)
+    train = median_seconds(train_step, warmup=args.warmup, repeats=args.steps)
     model.eval()
-    inference = median_seconds(infer, args.warmup, args.infer_steps)
+    inference = median_seconds(infer, warmup=args.warmup, repeats=args.infer_steps)
     return {"train": train, "inference": inference}
 
 
