@@ -132,6 +132,45 @@ def test_quiet_rates_turn_images_seen_into_seconds():
     assert summary["96-g16-lnpn-reduced"]["quiet_seconds"]["mean"] == pytest.approx(115.0)
 
 
+def test_claim_b_also_says_when_the_reference_reaches_each_recipes_final_accuracy():
+    reference = "96-g1-bn-native"
+
+    def ref(seed, curve):
+        return {**_row(reference, seed, [(v, 1.0) for v in curve], 0.9),
+                "epochs": 3, "train_images": 3 * 12800}
+
+    def reduced(seed, after):
+        return _finetuned(_row("96-g16-lnpn-reduced", seed, [(0.70, 1.0), (0.80, 2.0)], 0.8),
+                          finetune_seconds=1.0, after=after)
+
+    rows = [ref(0, [0.80, 0.851, 0.92]), ref(1, [0.82, 0.849, 0.90]),
+            reduced(0, 0.84), reduced(1, 0.86)]
+    rates = {reference: {"train": 64.0, "finetune": None},
+             "96-g16-lnpn-reduced": {"train": 256.0, "finetune": 128.0}}
+    summary = protocol.summarize(rows, "table96", rates)
+    # The reduced recipe ends at 0.85 on average, below the target (0.91). At 200 quiet s an
+    # epoch the reference passes 0.85 in its second epoch at seed 0 (0.851: 400 s) and its
+    # third at seed 1 (0.849 falls short: 600 s): 500 +/- t(0.975, 1) x 100 = 1270.6. The
+    # reduced run takes 2 epochs at 256 img/s (100 s) and 6,400 fine-tune images at 128
+    # (50 s): 150 s.
+    back = summary["96-g16-lnpn-reduced"]["reference_quiet_seconds_to_final"]
+    assert back["mean"] == pytest.approx(500.0)
+    assert back["half_width"] == pytest.approx(12.7062 * 100.0, rel=1e-4)
+    assert summary["96-g16-lnpn-reduced"]["reference_reached_final"] == 2
+    line = protocol.claim_b(summary, "table96")[2]
+    assert "never reaches it" in line
+    assert "the reference first reaches 0.8500 after 500 +/- 1271 s in 2 of 2 seed(s)" in line
+    assert "3.33x this recipe's" in line
+    # A recipe that ends above every reference curve: no seed of the reference gets there.
+    rows[2:] = [reduced(0, 0.93), reduced(1, 0.95)]
+    summary = protocol.summarize(rows, "table96", rates)
+    assert summary["96-g16-lnpn-reduced"]["reference_quiet_seconds_to_final"] is None
+    assert summary["96-g16-lnpn-reduced"]["reference_reached_final"] == 0
+    # Without the quiet rates there are no quiet seconds to compare.
+    assert "reference_quiet_seconds_to_final" not in protocol.summarize(
+        rows, "table96")["96-g16-lnpn-reduced"]
+
+
 def test_speed_rates_keep_the_best_round_of_the_current_recipe_text(tmp_path):
     overrides = dict(protocol.SPEED)
     recipe = "96-g16-lnpn-reduced"
