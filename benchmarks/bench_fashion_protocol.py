@@ -690,7 +690,19 @@ def draw_curves(png: Path, rows: list[dict], experiment: str,
                  "(stars: after the head fine-tune)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    return charts._save(plt, fig, png, rows[0]["machine"])
+    return charts._save(plt, fig, png, chart_machine(rows, rates if quiet_axis else None,
+                                                     list(by_recipe)))
+
+
+def chart_machine(rows: list[dict], rates: dict | None, recipes: list[str]) -> dict:
+    """The machine line under a curves chart. On the quiet axis the seconds are the speed
+    pass's, so its load (the highest mean load of the drawn recipes' speed rounds) replaces the
+    load the first training run started under."""
+    machine = dict(rows[0]["machine"])
+    if rates:
+        machine["load_average_1m"] = (f"{max(rates[r]['load_average_mean'] for r in recipes):.2f}"
+                                      " (speed pass)")
+    return machine
 
 
 # ---------------------------------------------------------------- command line

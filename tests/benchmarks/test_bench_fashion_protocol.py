@@ -171,6 +171,15 @@ def test_claim_b_also_says_when_the_reference_reaches_each_recipes_final_accurac
         rows, "table96")["96-g16-lnpn-reduced"]
 
 
+def test_a_quiet_axis_chart_names_the_speed_pass_load_not_the_runs():
+    rows = [{"machine": {"cpu": "AMD EPYC", "cores": 2, "load_average_1m": 6.73}}]
+    rates = {"a": {"load_average_mean": 1.31}, "b": {"load_average_mean": 1.8}}
+    machine = protocol.chart_machine(rows, rates, ["a", "b"])
+    assert machine["load_average_1m"] == "1.80 (speed pass)"
+    assert rows[0]["machine"]["load_average_1m"] == 6.73  # the row itself is left alone
+    assert protocol.chart_machine(rows, None, ["a"])["load_average_1m"] == 6.73
+
+
 def test_speed_rates_keep_the_best_round_of_the_current_recipe_text(tmp_path):
     overrides = dict(protocol.SPEED)
     recipe = "96-g16-lnpn-reduced"
