@@ -43,14 +43,20 @@ def speed_rows() -> dict[str, list[dict]]:
     return by_recipe
 
 
-def native40_rows() -> dict[str, list[dict]]:
-    by_recipe: dict[str, list[dict]] = {}
+def experiment_rows(experiment: str, key: str = "recipe") -> dict[str, list[dict]]:
+    """The full runs of one experiment's current recipes (no quick or smoke pass), grouped by
+    `key` (the recipe, or the variant label the tables name)."""
+    groups: dict[str, list[dict]] = {}
     for line in ROWS.read_text().splitlines():
         row = json.loads(line)
-        if (row["experiment"] == "native40" and not row.get("quick")
+        if (row["experiment"] == experiment and not row.get("quick")
                 and not row.get("smoke") and protocol.current(row)):
-            by_recipe.setdefault(row["recipe"], []).append(row)
-    return by_recipe
+            groups.setdefault(row[key], []).append(row)
+    return groups
+
+
+def native40_rows() -> dict[str, list[dict]]:
+    return experiment_rows("native40")
 
 
 def native40_table(path: Path, opening: str = "| native 40 px") -> tuple[list[str],
@@ -205,12 +211,7 @@ def test_the_recipes_cost_lines_hold_the_speed_pass_best_rounds():
 def test_the_table96_table_holds_the_rows_figures(document):
     # One line per table96 recipe with rows, named by the rows' variant label; the quiet
     # seconds count the head fine-tune's images at its own quiet rate where there is one.
-    rows: dict[str, list[dict]] = {}
-    for line in ROWS.read_text().splitlines():
-        row = json.loads(line)
-        if (row["experiment"] == "table96" and not row.get("quick") and not row.get("smoke")
-                and protocol.current(row)):  # rows of the recipes as they are now
-            rows.setdefault(row["variant"], []).append(row)
+    rows = experiment_rows("table96", key="variant")
     header, body = native40_table(REPO / document, "| test 96 px")
     assert {cells[0] for cells in body} == set(rows)
     rates = speed_rows()
@@ -238,12 +239,7 @@ def test_the_reduced_recipes_accuracy_is_where_the_reference_curve_passes_it(doc
     # validation top-1 (after its head fine-tune; the mean over its seeds), and the quiet
     # seconds G1-BN's curves first reach it: the epoch's images over G1-BN's best quiet rate,
     # averaged over the G1-BN seeds that reach it.
-    rows: dict[str, list[dict]] = {}
-    for line in ROWS.read_text().splitlines():
-        row = json.loads(line)
-        if (row["experiment"] == "table96" and not row.get("quick") and not row.get("smoke")
-                and protocol.current(row)):
-            rows.setdefault(row["recipe"], []).append(row)
+    rows = experiment_rows("table96")
     rate = max(r["images_per_second"] for r in speed_rows()["96-g1-bn-native"])
     text = " ".join((REPO / document).read_text().split())
     for recipe in ("96-g16-lnpn-reduced", "96-g16-gn-reduced"):
