@@ -132,7 +132,7 @@ data-fashion:
 
 # ruff with import order (I) and stale `noqa` detection (RUF100): pyproject.toml.
 lint: install
-	$(VENV)/bin/ruff check keras_efficientnet tests benchmarks data flags
+	$(VENV)/bin/ruff check keras_efficientnet tests benchmarks data flags scripts examples setup.py
 
 # Optional: horovod 0.28.1 built against TF 2.21 with Gloo (12 min 16 s on 2 shared cores).
 install-horovod: install

@@ -89,7 +89,11 @@ epochs = [int(row["epoch"]) for row in rows]
 plt.figure(figsize=(5, 3))
 plt.plot(epochs, [float(row["top1"]) for row in rows], "o-", label="train top-1")
 plt.plot(epochs, [float(row["val_top1"]) for row in rows], "o-", label="validation top-1")
-plt.xlabel("epoch"); plt.ylabel("top-1"); plt.ylim(0, 1.05); plt.legend(); plt.show()
+plt.xlabel("epoch")
+plt.ylabel("top-1")
+plt.ylim(0, 1.05)
+plt.legend()
+plt.show()
 best = json.loads((RUN / "best.json").read_text())
 print(json.dumps(best, indent=1))"""),
     ("markdown", """## Evaluate the best model
