@@ -644,6 +644,21 @@ def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dic
     return summary
 
 
+def seed_points(lines: list[list[dict]]) -> list[list[dict]]:
+    """The seeds' `timeline` points grouped for a mean and a band: one group per training epoch
+    that every seed's curve has and validated (matched by epoch number, not position, so that a
+    run whose curve lost an epoch's row cannot shift the others), then the fine-tuned points
+    when every seed has one."""
+    by_epoch = [{q["epoch"]: q for q in line if not q["finetuned"]} for line in lines]
+    common = sorted(set.intersection(*(set(e) for e in by_epoch))) if by_epoch else []
+    points = [[seed[e] for seed in by_epoch] for e in common]
+    points = [p for p in points if all(q["val_top1"] is not None for q in p)]
+    finetuned = [line[-1] for line in lines if line and line[-1]["finetuned"]]
+    if points and lines and len(finetuned) == len(lines):
+        points.append(finetuned)
+    return points
+
+
 def draw_curves(png: Path, rows: list[dict], experiment: str,
                 rates: dict | None = None) -> Path | None:
     """Validation top-1 against training seconds: per recipe, the mean over seeds at each epoch
@@ -664,9 +679,7 @@ def draw_curves(png: Path, rows: list[dict], experiment: str,
     quiet_axis = bool(rates) and all(recipe in rates for recipe in by_recipe)
     for recipe, group in by_recipe.items():
         lines = [timeline(r, rates[recipe] if quiet_axis else None) for r in group]
-        epochs = min(len(line) for line in lines)
-        points = [[line[e] for line in lines] for e in range(epochs)]
-        points = [p for p in points if all(q["val_top1"] is not None for q in p)]
+        points = seed_points(lines)
         if not points:
             continue
         seconds = [sum(q["train_seconds"] for q in p) / len(p) for p in points]

@@ -110,6 +110,24 @@ def test_a_fine_tuned_run_reaches_the_target_only_after_its_fine_tune():
     assert reduced["final_top1"]["mean"] == 0.93
 
 
+def test_the_chart_averages_seeds_epoch_by_epoch_when_a_curve_lost_an_epoch():
+    # Seed 0's curve lost its epoch-2 row (as a committed table96 row did); averaging by
+    # position would put its fine-tuned point beside the other seed's last epoch.
+    whole = _finetuned(_row("96-g16-gn-reduced", 1, [(0.50, 10.0), (0.60, 20.0), (0.70, 30.0)],
+                            0.9), finetune_seconds=5.0, after=0.90)
+    gapped = _finetuned(_row("96-g16-gn-reduced", 0, [(0.40, 10.0), (0.62, 30.0)], 0.9),
+                        finetune_seconds=5.0, after=0.80)
+    gapped["curve"][1]["epoch"] = 3
+    points = protocol.seed_points([protocol.timeline(gapped), protocol.timeline(whole)])
+    assert [[q["epoch"] for q in p] for p in points] == [[1, 1], [3, 3], [2, 3]]
+    assert [sum(q["val_top1"] for q in p) / 2 for p in points] == pytest.approx(
+        [0.45, 0.66, 0.85])  # epoch 1, epoch 3, then the fine-tuned models
+    assert [q["finetuned"] for q in points[-1]] == [True, True]
+    # without a fine-tuned point for every seed, the line stops at the last common epoch
+    points = protocol.seed_points([protocol.timeline(gapped), protocol.timeline(whole)[:-1]])
+    assert len(points) == 2
+
+
 def test_quiet_rates_turn_images_seen_into_seconds():
     reference = "96-g1-bn-native"
     ref = {**_row(reference, 0, [(0.80, 999.0), (0.90, 1999.0)], 0.89),
