@@ -457,7 +457,6 @@ def timeline(row: dict, rates: dict | None = None) -> list[dict]:
     model's validation top-1 at the fine-tune's seconds added). With `rates` (the recipe's quiet
     images/s from `--speed`: `train` and `finetune`), the seconds are the images seen so far at
     those rates instead of the run's own, loaded, clock."""
-    epochs = len(row["curve"])
     per_epoch = row["train_images"] / row["epochs"] if row.get("epochs") else None
     points = []
     for point in row["curve"]:
@@ -472,7 +471,7 @@ def timeline(row: dict, rates: dict | None = None) -> list[dict]:
         else:
             extra = row.get("finetune_seconds")
         if extra is not None and points[-1]["train_seconds"] is not None:
-            points.append({"epoch": epochs, "val_top1": row["val_top1"],
+            points.append({"epoch": points[-1]["epoch"], "val_top1": row["val_top1"],
                            "train_seconds": points[-1]["train_seconds"] + extra,
                            "finetuned": True})
     return points
