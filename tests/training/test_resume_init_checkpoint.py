@@ -19,8 +19,10 @@ def test_a_weights_file_loads_and_one_of_another_class_count_is_one_line(tmp_pat
     keras.utils.set_random_seed(0)
     donor = build_model(TrainConfig(model=TINY), 32, 3)
     donor.save_weights(tmp_path / "donor.weights.h5")
+    # model_dir is the test's own: the default (runs/default, relative to the working directory)
+    # is where `make train` writes, and --mode=evaluate names the model from its config.json.
     config = TrainConfig(model=TINY, init_checkpoint=str(tmp_path / "donor.weights.h5"),
-                         mode="evaluate")
+                         mode="evaluate", model_dir=str(tmp_path / "run"))
     same = build_model(config, 32, 3)
     assert load_weights_for(config, same) == str(tmp_path / "donor.weights.h5")
     for got, want in zip(same.get_weights(), donor.get_weights(), strict=True):
