@@ -653,7 +653,7 @@ def seed_points(lines: list[list[dict]]) -> list[list[dict]]:
     points = [[seed[e] for seed in by_epoch] for e in common]
     points = [p for p in points if all(q["val_top1"] is not None for q in p)]
     finetuned = [line[-1] for line in lines if line and line[-1]["finetuned"]]
-    if points and lines and len(finetuned) == len(lines):
+    if points and len(finetuned) == len(lines):
         points.append(finetuned)
     return points
 
