@@ -600,10 +600,48 @@ def current(row: dict) -> bool:
             == recipe_digest(row["recipe"], row.get("overrides") or {}))
 
 
-def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dict:
-    rows = [r for r in (read_rows(path) if path.exists() else [])
+def current_rows(path: Path, experiment: str, quick: bool = False,
+                 smoke: bool = False) -> list[dict]:
+    """The rows the report reads: `experiment`'s, of the pass asked for, of the recipes as
+    they are now (`current`)."""
+    return [r for r in (read_rows(path) if path.exists() else [])
             if bool(r.get("quick")) == quick and bool(r.get("smoke")) == smoke
             and r.get("experiment") == experiment and current(r)]
+
+
+def _figure(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def seeds_table(rows: list[dict], experiment: str) -> str:
+    """Every run of `experiment` as a Markdown table, recipes in the experiment's order and
+    seeds ascending: test top-1 (one pass, flip), its difference from the reference recipe's
+    run at the same seed, final validation top-1 (and before the head fine-tune, where a recipe
+    has one), and the images/s, mean load and oneDNN state the run trained under
+    (docs/results.md holds it verbatim)."""
+    order = list(EXPERIMENTS[experiment])
+    reference = {r["seed"]: r["top1"] for r in rows if r["recipe"] == REFERENCE[experiment]}
+    tuned = any(r.get("val_top1_before_finetune") is not None for r in rows)
+    header = ([f"{experiment} run", "seed", "test top-1", "with flip",
+               f"minus {EXPERIMENTS[experiment][REFERENCE[experiment]]}, same seed",
+               "final validation top-1"] + (["before the head fine-tune"] if tuned else [])
+              + ["images/s as trained", "mean load", "oneDNN"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in sorted(rows, key=lambda r: (order.index(r["recipe"]), r["seed"])):
+        base = reference.get(row["seed"])
+        diff = ("-" if base is None or row["recipe"] == REFERENCE[experiment]
+                else f"{row['top1'] - base:+.4f}")
+        cells = ([row["variant"], str(row["seed"]), f"{row['top1']:.4f}",
+                  _figure(row.get("flip_top1")), diff, _figure(row.get("val_top1"))]
+                 + ([_figure(row.get("val_top1_before_finetune"))] if tuned else [])
+                 + [f"{row['images_per_second']:.0f}", _figure(row.get("load_average_mean"), 1),
+                    row.get("onednn") or "not recorded"])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dict:
+    rows = current_rows(path, experiment, quick, smoke)
     rates = speed_rates(path.with_name(SPEED_FILE), experiment, quick, smoke)
     summary = summarize(rows, experiment, rates)
     kind = " (smoke pass)" if smoke else " (quick pass)" if quick else ""
@@ -637,6 +675,8 @@ def report(path: Path, experiment: str, quick: bool, smoke: bool = False) -> dic
         if diff is not None:
             print(f"  {s['label']} - {reference['label']}: {_interval(diff)} "
                   f"({'separated' if diff['separated'] else 'not separated'})")
+    if rows:
+        print(f"\nevery run (docs/results.md):\n{seeds_table(rows, experiment)}")
     if rows and summary:
         draw_curves(path.with_name(f"fashion_protocol_{experiment}"
                                    f"{'_quick' if quick else ''}.png"), rows, experiment, rates)

@@ -269,3 +269,11 @@ def test_the_figure1_table_is_the_committed_rows_printout(document):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert {row["size"] for row in rows} == set(bench_figure1.VARIANTS)
     assert bench_figure1.readme_table(rows) in (REPO / document).read_text()
+
+
+@pytest.mark.parametrize("experiment", ["native40", "table96"])
+def test_the_per_run_tables_are_the_rows_printout(experiment):
+    # bench_fashion_protocol's table of every run (`--report-only` prints it), verbatim: a row
+    # landed without the document, or a figure edited by hand, fails here.
+    rows = protocol.current_rows(ROWS, experiment)
+    assert protocol.seeds_table(rows, experiment) in (REPO / "docs/results.md").read_text()

@@ -47,6 +47,36 @@ def test_summary_targets_the_reference_mean_final_validation():
     assert reduced["label"] == "G16-LN+PN 64 -> 96 + head"
 
 
+def test_the_seeds_table_lists_every_run_in_recipe_order_against_the_reference_seed():
+    reference = "96-g1-bn-native"
+    rows = [_row("96-g16-gn-reduced", 1, [(0.85, 60.0)], 0.8910),
+            _row(reference, 1, [(0.93, 110.0)], 0.9310),
+            _row("96-g16-gn-reduced", 0, [(0.86, 60.0)], 0.8936),
+            _row("96-g16-gn-reduced", 2, [(0.86, 60.0)], 0.8955),
+            _row(reference, 0, [(0.93, 100.0)], 0.9332)]
+    for row in rows:
+        row.update(variant=protocol.EXPERIMENTS["table96"][row["recipe"]], val_top1=0.9,
+                   load_average_mean=5.24, onednn="on" if row["seed"] else None,
+                   val_top1_before_finetune=None if row["recipe"] == reference else 0.7)
+    lines = protocol.seeds_table(rows, "table96").splitlines()
+    assert len(lines) == 2 + 5
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert [(c[0], c[1]) for c in cells] == [
+        ("G1-BN native 96", "0"), ("G1-BN native 96", "1"), ("G16-GN 64 -> 96 + head", "0"),
+        ("G16-GN 64 -> 96 + head", "1"), ("G16-GN 64 -> 96 + head", "2")]
+    # Minus the reference run of the same seed, by hand: 0.8936 - 0.9332, 0.8910 - 0.9310;
+    # seed 2 has no reference run and the reference has no difference.
+    assert [c[4] for c in cells] == ["-", "-", "-0.0396", "-0.0400", "-"]
+    assert cells[0][2:4] == ["0.9332", "0.9362"] and cells[0][6] == "-"
+    assert cells[2][6] == "0.7000" and cells[2][7:] == ["100", "5.2", "not recorded"]
+    assert cells[3][7:] == ["101", "5.2", "on"]
+    # Without a fine-tuned run the before-the-fine-tune column goes.
+    for row in rows:
+        row["val_top1_before_finetune"] = None
+    untuned = protocol.seeds_table(rows, "table96").splitlines()
+    assert "before the head fine-tune" not in untuned[0] and untuned[3].count("|") == 10
+
+
 def test_train_images_counts_whole_batches_of_one_pass_unless_updates_are_given():
     trained = {"global_batch_size": 64, "train_examples": 55000,
                "config": {"epochs": 12, "updates_per_epoch": 0}}
