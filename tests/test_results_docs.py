@@ -277,3 +277,21 @@ def test_the_per_run_tables_are_the_rows_printout(experiment):
     # landed without the document, or a figure edited by hand, fails here.
     rows = protocol.current_rows(ROWS, experiment)
     assert protocol.seeds_table(rows, experiment) in (REPO / "docs/results.md").read_text()
+
+
+def test_the_recipes_headers_hold_their_rows_figures():
+    # flags/generate.py writes each Fashion-MNIST recipe's measured figures into its header:
+    # seeds and the mean with its 95% t half-width of test top-1, with flips and final
+    # validation top-1, as the rows give them now.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate", REPO / "flags" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    measured = {}
+    for experiment in ("native40", "table96"):
+        for recipe, rows in experiment_rows(experiment).items():
+            measured[recipe] = (len(rows),) + tuple(
+                expected([r[field] for r in rows], 4)
+                for field in ("top1", "flip_top1", "val_top1"))
+    assert generate.FASHION_SEEDS == measured
