@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -287,14 +289,35 @@ def load(weights: Weights, model, *, named: str | None = None, target: str | Non
         return weights.describe()
     if weights.kind == "checkpoint":
         return _load_checkpoint(weights, model, slots)
-    try:
-        model.load_weights(weights.path)
-    except ValueError as error:  # Keras prints the tensors: keep its first line
-        target = target or f"--model={_preset_of(model)}"
-        raise ValueError(f"{named or weights.path} does not fit {target} with "
-                         f"{model.output_shape[-1]} classes: "
-                         f"{str(error).strip().splitlines()[0]}") from None
+    # Keras warns of the layers it skips before it raises for them: the one-line error says it,
+    # so the warnings are kept back and shown only when the load succeeds.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            model.load_weights(weights.path)
+        except ValueError as error:
+            target = target or f"--model={_preset_of(model)}"
+            raise ValueError(f"{named or weights.path} does not fit {target} with "
+                             f"{model.output_shape[-1]} classes: "
+                             f"{_load_error_line(str(error))}") from None
+    for warning in caught:
+        warnings.warn(warning.message, warning.category, stacklevel=2)
     return weights.describe()
+
+
+def _load_error_line(text: str) -> str:
+    """Keras's load error in one line: its count of objects, the first one's layer and the two
+    shapes where it says them (it prints the variable's values too)."""
+    first = text.strip().splitlines()[0] if text.strip() else "the weights do not fit"
+    layer = re.search(r"for object <(\w+) name=([^,>]+)", first)
+    if layer is None or " Example error message" not in first:
+        return first
+    line = (f"{first.split(' Example error message')[0].rstrip('.')}: layer "
+            f"{layer.group(2)!r} ({layer.group(1)})")
+    shapes = re.search(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))", text)
+    if shapes is not None:
+        line += f" holds {shapes.group(1)}, the file {shapes.group(2)}"
+    return line
 
 
 def _preset_of(model) -> str:
