@@ -39,6 +39,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -613,11 +614,19 @@ def _figure(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _cpu(name: str | None) -> str:
+    """A CPU's model name without its trademarks and clock ('Intel Xeon', 'AMD EPYC')."""
+    if not name:
+        return "not recorded"
+    name = re.sub(r"\((R|TM|tm)\)", "", name).split(" @")[0].replace(" Processor", "")
+    return " ".join(name.split())
+
+
 def seeds_table(rows: list[dict], experiment: str) -> str:
     """Every run of `experiment` as a Markdown table, recipes in the experiment's order and
     seeds ascending: test top-1 (one pass, flip), its difference from the reference recipe's
     run at the same seed, final validation top-1 (and before the head fine-tune, where a recipe
-    has one), and the images/s, mean load and oneDNN state the run trained under
+    has one), and the images/s, mean load, oneDNN state and CPU the run trained under
     (docs/results.md holds it verbatim)."""
     order = list(EXPERIMENTS[experiment])
     reference = {r["seed"]: r["top1"] for r in rows if r["recipe"] == REFERENCE[experiment]}
@@ -625,7 +634,7 @@ def seeds_table(rows: list[dict], experiment: str) -> str:
     header = ([f"{experiment} run", "seed", "test top-1", "with flip",
                f"minus {EXPERIMENTS[experiment][REFERENCE[experiment]]}, same seed",
                "final validation top-1"] + (["before the head fine-tune"] if tuned else [])
-              + ["images/s as trained", "mean load", "oneDNN"])
+              + ["images/s as trained", "mean load", "oneDNN", "CPU"])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in sorted(rows, key=lambda r: (order.index(r["recipe"]), r["seed"])):
         base = reference.get(row["seed"])
@@ -635,7 +644,8 @@ def seeds_table(rows: list[dict], experiment: str) -> str:
                   _figure(row.get("flip_top1")), diff, _figure(row.get("val_top1"))]
                  + ([_figure(row.get("val_top1_before_finetune"))] if tuned else [])
                  + [f"{row['images_per_second']:.0f}", _figure(row.get("load_average_mean"), 1),
-                    row.get("onednn") or "not recorded"])
+                    row.get("onednn") or "not recorded",
+                    _cpu((row.get("machine") or {}).get("cpu"))])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -57,6 +57,7 @@ def test_the_seeds_table_lists_every_run_in_recipe_order_against_the_reference_s
     for row in rows:
         row.update(variant=protocol.EXPERIMENTS["table96"][row["recipe"]], val_top1=0.9,
                    load_average_mean=5.24, onednn="on" if row["seed"] else None,
+                   machine={"cpu": "Intel(R) Xeon(R) Processor" if row["seed"] else None},
                    val_top1_before_finetune=None if row["recipe"] == reference else 0.7)
     lines = protocol.seeds_table(rows, "table96").splitlines()
     assert len(lines) == 2 + 5
@@ -68,13 +69,14 @@ def test_the_seeds_table_lists_every_run_in_recipe_order_against_the_reference_s
     # seed 2 has no reference run and the reference has no difference.
     assert [c[4] for c in cells] == ["-", "-", "-0.0396", "-0.0400", "-"]
     assert cells[0][2:4] == ["0.9332", "0.9362"] and cells[0][6] == "-"
-    assert cells[2][6] == "0.7000" and cells[2][7:] == ["100", "5.2", "not recorded"]
-    assert cells[3][7:] == ["101", "5.2", "on"]
+    assert cells[2][6] == "0.7000"
+    assert cells[2][7:] == ["100", "5.2", "not recorded", "not recorded"]
+    assert cells[3][7:] == ["101", "5.2", "on", "Intel Xeon"]
     # Without a fine-tuned run the before-the-fine-tune column goes.
     for row in rows:
         row["val_top1_before_finetune"] = None
     untuned = protocol.seeds_table(rows, "table96").splitlines()
-    assert "before the head fine-tune" not in untuned[0] and untuned[3].count("|") == 10
+    assert "before the head fine-tune" not in untuned[0] and untuned[3].count("|") == 11
 
 
 def test_train_images_counts_whole_batches_of_one_pass_unless_updates_are_given():
