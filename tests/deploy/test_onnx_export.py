@@ -16,6 +16,7 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (t
 from keras_efficientnet.deploy import onnx_export  # noqa: E402
 from tests.deploy.models_for_export import (  # noqa: E402
     assert_close,
+    float32_roundoff,
     images,
     keras_outputs,
     perturbed,
@@ -50,9 +51,13 @@ def test_onnx_outputs_equal_keras_layers(preset, seed):
     x = images()
     expected = keras_outputs(model, x)
     proto = onnx_export.onnx_model(model)
-    assert_close(run_onnx(proto, x), expected)
-    # The dynamic batch: one image alone gives its row of the batch.
-    assert_close(run_onnx(proto, x[1:2]), expected[1:2])
+    # 1e-5 of the output scale, or twice the float32 model's own distance from the float64
+    # reference where that is larger (B0 on an AVX-512 Xeon: ONNX Runtime 1.2e-5, Keras 8.6e-6).
+    floor = 2 * float32_roundoff(model, x, expected)
+    assert_close(run_onnx(proto, x), expected, floor=floor)
+    # The dynamic batch: one image alone gives its row of the batch, to the batch's scale.
+    assert_close(run_onnx(proto, x[1:2]), expected[1:2], scale=float(np.abs(expected).max()),
+                 floor=floor)
 
 
 @pytest.mark.slow
