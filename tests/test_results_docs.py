@@ -44,15 +44,22 @@ def speed_rows() -> dict[str, list[dict]]:
 
 
 def experiment_rows(experiment: str, key: str = "recipe") -> dict[str, list[dict]]:
-    """The full runs of one experiment's current recipes (no quick or smoke pass), grouped by
-    `key` (the recipe, or the variant label the tables name)."""
+    """The full runs of one experiment's current recipes (no quick or smoke pass, as the report
+    reads them), grouped by `key` (the recipe, or the variant label the tables name)."""
     groups: dict[str, list[dict]] = {}
-    for line in ROWS.read_text().splitlines():
-        row = json.loads(line)
-        if (row["experiment"] == experiment and not row.get("quick")
-                and not row.get("smoke") and protocol.current(row)):
-            groups.setdefault(row[key], []).append(row)
+    for row in protocol.current_rows(ROWS, experiment):
+        groups.setdefault(row[key], []).append(row)
     return groups
+
+
+def generate_module():
+    """flags/generate.py, which writes the recipes' headers (it is a script, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate", REPO / "flags" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    return generate
 
 
 def native40_rows() -> dict[str, list[dict]]:
@@ -199,11 +206,7 @@ def test_the_table96_speed_table_holds_the_speed_pass_best_rounds():
 
 def test_the_recipes_cost_lines_hold_the_speed_pass_best_rounds():
     # flags/generate.py writes each Fashion-MNIST recipe's quiet rates into its header.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("generate", REPO / "flags" / "generate.py")
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
+    generate = generate_module()
     rates = speed_rows()
     assert set(generate.FASHION_RATES) == set(rates)
     for recipe, (train, tune) in generate.FASHION_RATES.items():
@@ -283,11 +286,7 @@ def test_the_recipes_headers_hold_their_rows_figures():
     # flags/generate.py writes each Fashion-MNIST recipe's measured figures into its header:
     # seeds and the mean with its 95% t half-width of test top-1, with flips and final
     # validation top-1, as the rows give them now.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("generate", REPO / "flags" / "generate.py")
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
+    generate = generate_module()
     measured = {}
     for experiment in ("native40", "table96"):
         for recipe, rows in experiment_rows(experiment).items():
